@@ -1,0 +1,174 @@
+// The engine's public API: the only header the app and the command-line tools need.
+//
+// Threading contract: an Engine is used from one thread at a time (the app's worker thread),
+// except cancel(), which any thread may call at any time. Callbacks run on the calling thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gemma/Status.h"
+
+namespace gemma {
+
+enum class Device { Auto, Cpu, Cuda };
+const char* deviceName(Device device);
+
+// Where a decode step's time goes (PERF.md). `Gap` is wall time minus the sum of the others.
+enum class Bucket : int { Fp4Matvec = 0, Attention, NormElementwise, LmHead, Sampling, Gap, Count };
+inline constexpr int kBucketCount = static_cast<int>(Bucket::Count);
+const char* bucketName(Bucket bucket);
+
+struct StepStats {
+    int position = 0;                 // absolute position of the token this step consumed
+    double wallMs = 0.0;              // host wall time of the whole step
+    std::array<double, kBucketCount> bucketMs{};  // per-bucket time; Gap derived
+    std::array<int, kBucketCount> launches{};     // kernels (GPU) or op calls (CPU) per bucket
+    bool graph = false;               // the step ran as one CUDA graph replay
+    bool instrumented = false;        // buckets were timed (costs time; see PERFORMANCE.md)
+};
+
+struct SamplingParams {
+    bool greedy = false;
+    float temperature = 1.0f;  // Gemma 4's recommended defaults (GEMMA4.md §7)
+    int topK = 64;             // 0 disables
+    float topP = 0.95f;        // 1 disables
+    float minP = 0.0f;         // 0 disables
+    float repeatPenalty = 1.0f;  // 1 disables; applied to tokens seen in prompt and output
+    std::uint64_t seed = 0;
+};
+
+enum class Role { System, User, Model };
+
+struct ChatMessage {
+    Role role = Role::User;
+    std::string text;
+};
+
+struct GenerationRequest {
+    // Exactly one of the two: chat messages are rendered with the model's turn format (and a
+    // generation prompt); rawTokens are fed as they are, with no template and no BOS added.
+    std::vector<ChatMessage> messages;
+    std::vector<std::int32_t> rawTokens;
+    SamplingParams sampling;
+    int maxNewTokens = 256;
+    bool stopAtEndOfTurn = true;  // stop on EOS / end-of-turn tokens
+    // Optional: receives the logits row (vocab floats) of every prompt position and every
+    // generated token, in order. Used by parity tests and --dump-logits.
+    std::function<void(std::int32_t position, const float* logits, std::int32_t vocab)> onLogits;
+};
+
+struct TokenEvent {
+    std::int32_t id = 0;
+    std::string text;  // UTF-8 text this token completes (may be empty mid-character)
+    StepStats step;
+};
+
+enum class StopReason { EndOfTurn, MaxTokens, ContextFull, Cancelled };
+const char* stopReasonName(StopReason reason);
+
+struct GenerationStats {
+    int promptTokens = 0;
+    int generatedTokens = 0;
+    double prefillMs = 0.0;
+    double timeToFirstTokenMs = 0.0;
+    double decodeMs = 0.0;
+    double decodeTokensPerSecond = 0.0;
+    StopReason stopReason = StopReason::MaxTokens;
+    std::vector<std::int32_t> tokens;  // generated ids
+};
+
+struct ModelInfo {
+    std::string name;          // from the package (source folder name)
+    std::string architecture;  // "gemma4_text"
+    std::string backend;       // "cpu (fp32 reference)" or the GPU's name
+    std::string quantization;  // "fp4-e2m1-g128 + fp8-e4m3 embedding" or "unquantized"
+    int vocabSize = 0;
+    int hiddenSize = 0;
+    int layers = 0;
+    int contextAllocation = 0;
+    std::int64_t weightBytes = 0;         // bytes the decoder streams per token
+    std::int64_t kvBytesPerPosition = 0;  // KV-cache bytes one position adds (non-shared layers)
+};
+
+struct OpenOptions {
+    Device device = Device::Auto;
+    int contextAllocation = 4096;  // KV slots of full-attention layers
+};
+
+struct MemoryEstimate {
+    std::int64_t weightBytes = 0;
+    std::int64_t kvCacheBytes = 0;
+    std::int64_t workspaceBytes = 0;
+    std::int64_t total() const { return weightBytes + kvCacheBytes + workspaceBytes; }
+};
+
+// Progress of long work: fraction in [0, 1] and a stage name. Return false to cancel.
+using ProgressCallback = std::function<bool(double fraction, std::string_view stage)>;
+// Called once per generated token; return false to stop generating.
+using TokenCallback = std::function<bool(const TokenEvent& event)>;
+
+// One point of an allocation sweep: the same positions decoded with a given KV allocation.
+struct DecodeBenchmarkRequest {
+    int contextAllocation = 4096;
+    int promptTokens = 100;
+    int decodeTokens = 128;
+};
+struct DecodeBenchmarkResult {
+    int contextAllocation = 0;
+    double tokensPerSecond = 0.0;
+    double msPerToken = 0.0;
+    std::vector<StepStats> steps;
+};
+
+class Engine {
+public:
+    virtual ~Engine() = default;
+
+    // Opens a Gemma Desk package (made by gemma-quantize). Never throws; a bad file, an
+    // unsupported model or too little memory comes back as a Status with a message.
+    static Expected<std::unique_ptr<Engine>> open(const std::filesystem::path& package,
+                                                  const OpenOptions& options,
+                                                  const ProgressCallback& progress = {});
+    // What open() would allocate, read from the package header alone.
+    static Expected<MemoryEstimate> estimateMemory(const std::filesystem::path& package,
+                                                   const OpenOptions& options);
+
+    virtual const ModelInfo& info() const = 0;
+
+    // Runs one request from an empty context. Cancellation (cancel() or onToken returning false)
+    // ends with StopReason::Cancelled and the tokens produced so far.
+    virtual Expected<GenerationStats> generate(const GenerationRequest& request,
+                                               const TokenCallback& onToken) = 0;
+
+    // Decodes promptTokens + decodeTokens synthetic positions with the given KV allocation and
+    // reports the decode speed; the engine's own allocation is restored afterwards.
+    virtual Expected<DecodeBenchmarkResult> benchmarkDecode(const DecodeBenchmarkRequest& request,
+                                                            const ProgressCallback& progress) = 0;
+
+    // Thread-safe: asks a running generate()/benchmarkDecode() to stop at the next token.
+    void cancel() { cancelRequested_.store(true, std::memory_order_relaxed); }
+
+    // Tokenizer access for the app (prompt token counts) and tools.
+    virtual std::vector<std::int32_t> tokenizeChat(const std::vector<ChatMessage>& messages) const = 0;
+    virtual std::string detokenize(const std::vector<std::int32_t>& ids) const = 0;
+
+protected:
+    bool cancelRequested() const { return cancelRequested_.load(std::memory_order_relaxed); }
+    void clearCancel() { cancelRequested_.store(false, std::memory_order_relaxed); }
+
+private:
+    std::atomic<bool> cancelRequested_{false};
+};
+
+// Version of the engine library, e.g. "0.1.0".
+const char* engineVersion();
+
+}  // namespace gemma

@@ -1,0 +1,39 @@
+// Converting a Hugging Face Gemma 4 folder into a Gemma Desk package (docs/PACKAGE_FORMAT.md).
+// The same code serves gemma-quantize and the desktop app's "Open model folder" action.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "gemma/Engine.h"
+#include "gemma/Status.h"
+
+namespace gemma {
+
+// How the FP4 group scale is chosen (docs/QUALITY.md compares them).
+enum class ScaleRule {
+    AbsMax,       // scale = bf16(absmax / 6): the group's largest weight lands exactly on ±6
+    MinimumError  // search scales below absmax/6 for the one with the least squared error
+};
+const char* scaleRuleName(ScaleRule rule);
+
+struct QuantizeOptions {
+    bool unquantized = false;  // keep every tensor in FP32 (parity work)
+    ScaleRule scaleRule = ScaleRule::AbsMax;
+};
+
+struct QuantizeReport {
+    std::int64_t tensors = 0;
+    std::int64_t outputBytes = 0;
+};
+
+// Reads `inputDir` (config.json, *.safetensors, tokenizer.model, optional chat_template.jinja)
+// and writes one package file to `outputFile` atomically (a temporary file renamed at the end),
+// so a failure or cancellation never leaves a half-written package behind. The same input and
+// options always give a byte-identical file. Progress may return false to cancel.
+Expected<QuantizeReport> quantizeCheckpoint(const std::filesystem::path& inputDir,
+                                            const std::filesystem::path& outputFile,
+                                            const QuantizeOptions& options,
+                                            const ProgressCallback& progress = {});
+
+}  // namespace gemma

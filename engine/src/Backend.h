@@ -1,0 +1,30 @@
+// What the engine asks of a compute backend (CPU reference, CUDA). A backend owns the KV cache
+// and runs the forward pass of GEMMA4.md §2.10 over a run of consecutive positions.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gemma/Engine.h"
+#include "gemma/Status.h"
+
+namespace gemma {
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string name() const = 0;
+    // (Re)allocates the KV cache for `allocation` positions and forgets all context.
+    virtual Status resetContext(int allocation) = 0;
+    virtual int contextAllocation() const = 0;
+    // Runs tokens at positions [startPosition, startPosition + tokens.size()). Positions must
+    // continue the context (startPosition == the number of positions already run). Writes the
+    // logits of every position when `allPositions`, else only of the last, row-major into `logits`.
+    // Adds the time of each bucket to `stats` (which may be null).
+    virtual Status forward(std::span<const std::int32_t> tokens, int startPosition, bool allPositions,
+                           std::vector<float>& logits, StepStats* stats) = 0;
+};
+
+}  // namespace gemma

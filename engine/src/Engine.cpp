@@ -1,0 +1,317 @@
+// The engine facade: opens a package, owns the backend and the tokenizer, runs generation.
+#include "gemma/Engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "Backend.h"
+#include "CpuBackend.h"
+#include "ModelWeights.h"
+#include "Package.h"
+#include "Tokenizer.h"
+#include "gemma/Sampler.h"
+
+namespace gemma {
+
+const char* deviceName(Device device) {
+    switch (device) {
+        case Device::Auto: return "auto";
+        case Device::Cpu: return "cpu";
+        case Device::Cuda: return "cuda";
+    }
+    return "?";
+}
+
+const char* bucketName(Bucket bucket) {
+    switch (bucket) {
+        case Bucket::Fp4Matvec: return "fp4_matvec";
+        case Bucket::Attention: return "attention";
+        case Bucket::NormElementwise: return "norm_elementwise";
+        case Bucket::LmHead: return "lm_head";
+        case Bucket::Sampling: return "sampling";
+        case Bucket::Gap: return "gap";
+        case Bucket::Count: break;
+    }
+    return "?";
+}
+
+const char* stopReasonName(StopReason reason) {
+    switch (reason) {
+        case StopReason::EndOfTurn: return "end of turn";
+        case StopReason::MaxTokens: return "max tokens";
+        case StopReason::ContextFull: return "context full";
+        case StopReason::Cancelled: return "cancelled";
+    }
+    return "?";
+}
+
+const char* engineVersion() { return GEMMA_VERSION; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+void finishStep(StepStats& step, Clock::time_point start) {
+    step.wallMs = msSince(start);
+    double kernels = 0.0;
+    for (int b = 0; b < kBucketCount; ++b) {
+        if (b != static_cast<int>(Bucket::Gap)) kernels += step.bucketMs[b];
+    }
+    step.bucketMs[static_cast<int>(Bucket::Gap)] = std::max(0.0, step.wallMs - kernels);
+    step.instrumented = true;
+}
+
+std::int64_t kvBytesPerPosition(const ModelConfig& c) {
+    std::int64_t bytes = 0;
+    for (const auto& g : c.layers) {
+        if (!g.kvShared) bytes += 2LL * g.kvHeads * g.headDim * 4;
+    }
+    return bytes;
+}
+
+Status checkDevice(Device device) {
+    // The CUDA backend lands with issue 3; until then a request for it is refused clearly.
+    if (device == Device::Cuda) return {ErrorCode::Unsupported, "this build has no CUDA backend; use --device cpu"};
+    return Status::ok();
+}
+
+class EngineImpl final : public Engine {
+public:
+    Status load(const std::filesystem::path& path, const OpenOptions& options, const ProgressCallback& progress) {
+        if (progress && !progress(0.0, "opening package")) return {ErrorCode::Cancelled, "loading cancelled"};
+        GEMMA_RETURN_IF_ERROR(checkDevice(options.device));
+        if (options.contextAllocation <= 0 || options.contextAllocation > (1 << 20)) {
+            return {ErrorCode::InvalidArgument, "the context allocation must be between 1 and 1048576 positions"};
+        }
+        auto package = Package::open(path);
+        if (!package) return package.status();
+        package_ = std::make_unique<Package>(std::move(package.value()));
+        if (progress && !progress(0.3, "checking tensors")) return {ErrorCode::Cancelled, "loading cancelled"};
+        auto weights = ModelWeights::bind(*package_);
+        if (!weights) return weights.status();
+        weights_ = std::make_unique<ModelWeights>(std::move(weights.value()));
+        auto tokenizer = Tokenizer::fromModelBytes(package_->tokenizerModel());
+        if (!tokenizer) return tokenizer.status();
+        tokenizer_ = std::move(tokenizer.value());
+        if (tokenizer_.vocabSize() > package_->config().vocabSize) {
+            return {ErrorCode::InvalidFile, "the tokenizer has " + std::to_string(tokenizer_.vocabSize()) +
+                                                " pieces but the model's vocabulary is " + std::to_string(package_->config().vocabSize)};
+        }
+        if (progress && !progress(0.6, "allocating the KV cache")) return {ErrorCode::Cancelled, "loading cancelled"};
+        backend_ = makeCpuBackend(*package_, *weights_);
+        GEMMA_RETURN_IF_ERROR(backend_->resetContext(options.contextAllocation));
+
+        const auto& c = package_->config();
+        info_.name = package_->metadata().name;
+        info_.architecture = "gemma4_text";
+        info_.backend = backend_->name();
+        info_.quantization = package_->metadata().linearFormat == "f32"
+                                 ? "unquantized (f32)"
+                                 : package_->metadata().linearFormat + " + " + package_->metadata().embeddingFormat + " embedding";
+        info_.vocabSize = c.vocabSize;
+        info_.hiddenSize = c.hiddenSize;
+        info_.layers = c.numLayers;
+        info_.contextAllocation = options.contextAllocation;
+        info_.weightBytes = weights_->decoderBytesPerToken;
+        info_.kvBytesPerPosition = kvBytesPerPosition(c);
+
+        stopIds_ = c.eosTokenIds;
+        const auto& special = tokenizer_.special();
+        for (auto id : {special.eos, special.turnEnd, special.toolResponseStart}) {
+            if (id >= 0) stopIds_.push_back(id);
+        }
+        if (progress) progress(1.0, "ready");
+        return Status::ok();
+    }
+
+    const ModelInfo& info() const override { return info_; }
+
+    std::vector<std::int32_t> tokenizeChat(const std::vector<ChatMessage>& messages) const override {
+        auto ids = renderChat(tokenizer_, messages, package_->metadata().emptyThoughtChannel);
+        return ids ? ids.value() : std::vector<std::int32_t>{};
+    }
+
+    std::string detokenize(const std::vector<std::int32_t>& ids) const override { return tokenizer_.decode(ids); }
+
+    Expected<GenerationStats> generate(const GenerationRequest& request, const TokenCallback& onToken) override {
+        clearCancel();
+        if (request.messages.empty() == request.rawTokens.empty()) {
+            return Status{ErrorCode::InvalidArgument, "a request needs either chat messages or raw tokens (exactly one)"};
+        }
+        if (request.maxNewTokens < 0) return Status{ErrorCode::InvalidArgument, "max new tokens must not be negative"};
+        auto sampler = Sampler::create(request.sampling);
+        if (!sampler) return sampler.status();
+        std::vector<std::int32_t> prompt;
+        if (!request.messages.empty()) {
+            auto rendered = renderChat(tokenizer_, request.messages, package_->metadata().emptyThoughtChannel);
+            if (!rendered) return rendered.status();
+            prompt = std::move(rendered.value());
+        } else {
+            prompt = request.rawTokens;
+        }
+        const int allocation = backend_->contextAllocation();
+        if (static_cast<std::int64_t>(prompt.size()) >= allocation) {
+            return Status{ErrorCode::InvalidArgument, "the prompt has " + std::to_string(prompt.size()) +
+                                                          " tokens but the context allocation is " + std::to_string(allocation) +
+                                                          "; start a new conversation or raise the allocation"};
+        }
+        GEMMA_RETURN_IF_ERROR(backend_->resetContext(allocation));
+
+        GenerationStats stats;
+        stats.promptTokens = static_cast<int>(prompt.size());
+        const auto vocab = static_cast<std::size_t>(package_->config().vocabSize);
+        std::vector<float> logits;
+        const auto begin = Clock::now();
+        StepStats prefillStep;
+        prefillStep.position = 0;
+        GEMMA_RETURN_IF_ERROR(backend_->forward(prompt, 0, static_cast<bool>(request.onLogits), logits, &prefillStep));
+        stats.prefillMs = msSince(begin);
+        if (request.onLogits) {
+            for (std::size_t p = 0; p < prompt.size(); ++p) {
+                request.onLogits(static_cast<std::int32_t>(p), logits.data() + p * vocab, static_cast<std::int32_t>(vocab));
+            }
+            logits.erase(logits.begin(), logits.end() - static_cast<std::ptrdiff_t>(vocab));
+        }
+
+        std::vector<std::int32_t> history = prompt;
+        IncrementalDecoder decoder(tokenizer_);
+        int position = static_cast<int>(prompt.size());
+        const auto decodeStart = Clock::now();
+        stats.stopReason = StopReason::MaxTokens;
+        StepStats step = prefillStep;
+        auto stepStart = begin;
+        for (int generated = 0; generated < request.maxNewTokens; ++generated) {
+            if (cancelRequested()) {
+                stats.stopReason = StopReason::Cancelled;
+                break;
+            }
+            std::int32_t next;
+            {
+                const auto sampleStart = Clock::now();
+                next = sampler->sample(logits, history);
+                step.bucketMs[static_cast<int>(Bucket::Sampling)] += msSince(sampleStart);
+                step.launches[static_cast<int>(Bucket::Sampling)] += 1;
+            }
+            finishStep(step, stepStart);
+            if (generated == 0) stats.timeToFirstTokenMs = msSince(begin);
+            history.push_back(next);
+            stats.tokens.push_back(next);
+            ++stats.generatedTokens;
+            const bool stop = request.stopAtEndOfTurn && std::find(stopIds_.begin(), stopIds_.end(), next) != stopIds_.end();
+            TokenEvent event;
+            event.id = next;
+            event.text = stop ? std::string{} : decoder.push(next);
+            event.step = step;
+            if (onToken && !onToken(event)) {
+                stats.stopReason = StopReason::Cancelled;
+                break;
+            }
+            if (stop) {
+                stats.stopReason = StopReason::EndOfTurn;
+                break;
+            }
+            if (generated + 1 == request.maxNewTokens) break;
+            if (position >= allocation) {
+                stats.stopReason = StopReason::ContextFull;
+                break;
+            }
+            step = StepStats{};
+            step.position = position;
+            stepStart = Clock::now();
+            const std::int32_t input[1] = {next};
+            GEMMA_RETURN_IF_ERROR(backend_->forward(input, position, false, logits, &step));
+            if (request.onLogits) request.onLogits(position, logits.data(), static_cast<std::int32_t>(vocab));
+            ++position;
+        }
+        stats.decodeMs = msSince(decodeStart);
+        if (stats.generatedTokens > 1) {
+            const double decodeOnly = stats.decodeMs - (stats.timeToFirstTokenMs - stats.prefillMs);
+            stats.decodeTokensPerSecond = decodeOnly > 0.0 ? (stats.generatedTokens - 1) * 1000.0 / decodeOnly : 0.0;
+        }
+        return stats;
+    }
+
+    Expected<DecodeBenchmarkResult> benchmarkDecode(const DecodeBenchmarkRequest& request, const ProgressCallback& progress) override {
+        clearCancel();
+        if (request.promptTokens < 1 || request.decodeTokens < 1 ||
+            request.promptTokens + request.decodeTokens > request.contextAllocation) {
+            return Status{ErrorCode::InvalidArgument, "the benchmark positions must fit inside the allocation"};
+        }
+        const int previous = backend_->contextAllocation();
+        Status status = backend_->resetContext(request.contextAllocation);
+        if (!status) {
+            (void)backend_->resetContext(previous);
+            return status;
+        }
+        DecodeBenchmarkResult result;
+        result.contextAllocation = request.contextAllocation;
+        // Synthetic but valid ids: a fixed walk through the vocabulary, no sampling involved.
+        const int vocab = package_->config().vocabSize;
+        std::vector<std::int32_t> prompt(static_cast<std::size_t>(request.promptTokens));
+        for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 7919 + 11) % static_cast<std::size_t>(vocab));
+        std::vector<float> logits;
+        status = backend_->forward(prompt, 0, false, logits, nullptr);
+        double totalMs = 0.0;
+        for (int i = 0; status && i < request.decodeTokens; ++i) {
+            if (cancelRequested()) {
+                status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
+                break;
+            }
+            StepStats step;
+            step.position = request.promptTokens + i;
+            const auto start = Clock::now();
+            const std::int32_t input[1] = {Sampler::argmax(logits)};
+            status = backend_->forward(input, step.position, false, logits, &step);
+            finishStep(step, start);
+            totalMs += step.wallMs;
+            result.steps.push_back(step);
+            if (progress && !progress(static_cast<double>(i + 1) / request.decodeTokens, "decoding")) {
+                status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
+            }
+        }
+        const Status restore = backend_->resetContext(previous);
+        if (!status) return status;
+        if (!restore) return restore;
+        result.msPerToken = totalMs / request.decodeTokens;
+        result.tokensPerSecond = result.msPerToken > 0.0 ? 1000.0 / result.msPerToken : 0.0;
+        return result;
+    }
+
+private:
+    std::unique_ptr<Package> package_;
+    std::unique_ptr<ModelWeights> weights_;
+    Tokenizer tokenizer_;
+    std::unique_ptr<Backend> backend_;
+    ModelInfo info_;
+    std::vector<std::int32_t> stopIds_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Engine>> Engine::open(const std::filesystem::path& package, const OpenOptions& options,
+                                               const ProgressCallback& progress) {
+    auto engine = std::make_unique<EngineImpl>();
+    GEMMA_RETURN_IF_ERROR(engine->load(package, options, progress));
+    return std::unique_ptr<Engine>(std::move(engine));
+}
+
+Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& path, const OpenOptions& options) {
+    auto package = Package::open(path);
+    if (!package) return package.status();
+    MemoryEstimate estimate;
+    for (const auto& [name, tensor] : package->tensors()) estimate.weightBytes += static_cast<std::int64_t>(tensor.bytes + tensor.scaleBytes);
+    const auto& c = package->config();
+    for (const auto& g : c.layers) {
+        if (g.kvShared) continue;
+        const std::int64_t slots = g.type == LayerType::Sliding ? std::min(options.contextAllocation, c.slidingWindow + 31)
+                                                                : options.contextAllocation;
+        estimate.kvCacheBytes += 2 * slots * g.kvHeads * g.headDim * 4;
+    }
+    // Activations of one prefill chunk and one logits row per position of the chunk.
+    estimate.workspaceBytes = 32LL * (c.vocabSize + 8LL * c.hiddenSize + 4LL * c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1)) * 4;
+    return estimate;
+}
+
+}  // namespace gemma

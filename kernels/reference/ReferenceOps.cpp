@@ -1,0 +1,192 @@
+// Plain-C++ reference ops (contracts in ReferenceOps.h).
+#include "ReferenceOps.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/WeightFormats.h"
+
+namespace gemma::reference {
+
+namespace fmt = gemma::formats;
+
+void rmsNorm(const float* x, const float* weight, float eps, std::int64_t n, float* y) {
+    // Accumulate the mean of squares in double: the reference should be at least as accurate as
+    // the fp32 computation it stands for, so kernels are judged against the math, not our rounding.
+    double sumSquares = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) sumSquares += static_cast<double>(x[i]) * x[i];
+    const float meanSquare = static_cast<float>(sumSquares / static_cast<double>(n));
+    const float inverseRms = std::pow(meanSquare + eps, -0.5f);
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float normed = x[i] * inverseRms;
+        y[i] = weight ? normed * weight[i] : normed;
+    }
+}
+
+void rmsNormRows(const float* x, const float* weight, float eps, std::int64_t rows, std::int64_t n,
+                 float* y) {
+    for (std::int64_t r = 0; r < rows; ++r) rmsNorm(x + r * n, weight, eps, n, y + r * n);
+}
+
+void linearF32(const float* weight, std::int64_t out, std::int64_t in, const float* x,
+               std::int64_t rows, float* y) {
+    // Weight row outer, input vectors inner: one pass over the weights serves the whole batch.
+    for (std::int64_t o = 0; o < out; ++o) {
+        const float* w = weight + o * in;
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const float* xr = x + r * in;
+            double sum = 0.0;
+            for (std::int64_t i = 0; i < in; ++i) sum += static_cast<double>(w[i]) * xr[i];
+            y[r * out + o] = static_cast<float>(sum);
+        }
+    }
+}
+
+void dequantizeFp4Row(const std::uint8_t* codesRow, const std::uint16_t* scalesRow, std::int64_t in,
+                      float* out) {
+    for (std::int64_t i = 0; i < in; ++i) {
+        const std::uint8_t byte = codesRow[i / 2];
+        const unsigned nibble = (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+        out[i] = fmt::e2m1ToFloat(nibble) * fmt::bf16ToFloat(scalesRow[i / fmt::kFp4GroupSize]);
+    }
+}
+
+void linearFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out,
+               std::int64_t in, const float* x, std::int64_t rows, float* y) {
+    const std::int64_t rowBytes = fmt::fp4RowBytes(in);
+    const std::int64_t groups = fmt::fp4GroupsPerRow(in);
+    std::vector<float> values(static_cast<std::size_t>(in));
+    for (std::int64_t o = 0; o < out; ++o) {
+        const std::uint8_t* codesRow = codes + o * rowBytes;
+        const std::uint16_t* scalesRow = scales + o * groups;
+        // Unscaled E2M1 values; the scale is applied per group after the group's dot product.
+        for (std::int64_t i = 0; i < in; ++i) {
+            const std::uint8_t byte = codesRow[i / 2];
+            values[i] = fmt::e2m1ToFloat((i % 2 == 0) ? (byte & 0xFu) : (byte >> 4));
+        }
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const float* xr = x + r * in;
+            double sum = 0.0;
+            for (std::int64_t g = 0; g < groups; ++g) {
+                const std::int64_t begin = g * fmt::kFp4GroupSize;
+                const std::int64_t end = std::min(in, begin + fmt::kFp4GroupSize);
+                double groupSum = 0.0;
+                for (std::int64_t i = begin; i < end; ++i) groupSum += static_cast<double>(values[i]) * xr[i];
+                sum += groupSum * fmt::bf16ToFloat(scalesRow[g]);
+            }
+            y[r * out + o] = static_cast<float>(sum);
+        }
+    }
+}
+
+void dequantizeFp8Row(const std::uint8_t* codesRow, float rowScale, std::int64_t n, float* out) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = fmt::e4m3ToFloat(codesRow[i]) * rowScale;
+}
+
+void linearFp8Rows(const std::uint8_t* codes, const float* rowScales, std::int64_t out,
+                   std::int64_t in, const float* x, std::int64_t rows, float* y) {
+    std::vector<float> values(static_cast<std::size_t>(in));
+    for (std::int64_t o = 0; o < out; ++o) {
+        const std::uint8_t* codesRow = codes + o * in;
+        for (std::int64_t i = 0; i < in; ++i) values[i] = fmt::e4m3ToFloat(codesRow[i]);
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const float* xr = x + r * in;
+            double sum = 0.0;
+            for (std::int64_t i = 0; i < in; ++i) sum += static_cast<double>(values[i]) * xr[i];
+            y[r * out + o] = static_cast<float>(sum * rowScales[o]);
+        }
+    }
+}
+
+float geluTanh(float x) {
+    const double xd = x;
+    const double inner = 0.7978845608028654 * (xd + 0.044715 * xd * xd * xd);  // sqrt(2/pi)
+    return static_cast<float>(0.5 * xd * (1.0 + std::tanh(inner)));
+}
+
+void gegluRows(const float* gate, const float* up, std::int64_t n, float* out) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = geluTanh(gate[i]) * up[i];
+}
+
+void ropeInverseFrequencies(std::int64_t headDim, std::int64_t rotatedPairs, double theta,
+                            float* inverseFrequency) {
+    // transformers: inv_freq = 1 / theta^(arange(0, 2·rotatedPairs, 2) / headDim), in fp32.
+    for (std::int64_t j = 0; j < headDim / 2; ++j) {
+        if (j < rotatedPairs) {
+            const float exponent = static_cast<float>(2 * j) / static_cast<float>(headDim);
+            inverseFrequency[j] = 1.0f / std::pow(static_cast<float>(theta), exponent);
+        } else {
+            inverseFrequency[j] = 0.0f;
+        }
+    }
+}
+
+void ropeHalfSplit(float* x, std::int64_t heads, std::int64_t headDim,
+                   const float* inverseFrequency, std::int64_t position) {
+    const std::int64_t half = headDim / 2;
+    for (std::int64_t j = 0; j < half; ++j) {
+        if (inverseFrequency[j] == 0.0f) continue;  // cos 0 = 1, sin 0 = 0: identity
+        const float angle = inverseFrequency[j] * static_cast<float>(position);
+        const float c = std::cos(angle);
+        const float s = std::sin(angle);
+        for (std::int64_t h = 0; h < heads; ++h) {
+            float* head = x + h * headDim;
+            const float a = head[j];
+            const float b = head[j + half];
+            head[j] = a * c - b * s;
+            head[j + half] = b * c + a * s;
+        }
+    }
+}
+
+void attentionDecode(const float* q, const float* keys, const float* values, std::int64_t capacity,
+                     std::int64_t queryHeads, std::int64_t kvHeads, std::int64_t headDim,
+                     std::int64_t firstPosition, std::int64_t lastPosition, float scale,
+                     float* out) {
+    const std::int64_t groupSize = queryHeads / kvHeads;
+    const std::int64_t count = lastPosition - firstPosition + 1;
+    std::vector<double> scores(static_cast<std::size_t>(count));
+    for (std::int64_t h = 0; h < queryHeads; ++h) {
+        const float* qh = q + h * headDim;
+        const std::int64_t kvHead = h / groupSize;
+        double maxScore = -std::numeric_limits<double>::infinity();
+        for (std::int64_t p = firstPosition; p <= lastPosition; ++p) {
+            const float* k = keys + ((p % capacity) * kvHeads + kvHead) * headDim;
+            double dot = 0.0;
+            for (std::int64_t d = 0; d < headDim; ++d) dot += static_cast<double>(qh[d]) * k[d];
+            const double s = dot * scale;
+            scores[p - firstPosition] = s;
+            maxScore = std::max(maxScore, s);
+        }
+        double denominator = 0.0;
+        for (auto& s : scores) {
+            s = std::exp(s - maxScore);
+            denominator += s;
+        }
+        float* oh = out + h * headDim;
+        for (std::int64_t d = 0; d < headDim; ++d) {
+            double acc = 0.0;
+            for (std::int64_t p = firstPosition; p <= lastPosition; ++p) {
+                const float* v = values + ((p % capacity) * kvHeads + kvHead) * headDim;
+                acc += scores[p - firstPosition] * v[d];
+            }
+            oh[d] = static_cast<float>(acc / denominator);
+        }
+    }
+}
+
+void softcap(float* x, std::int64_t n, float cap) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void addInPlace(float* y, const float* x, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void scaleInPlace(float* x, std::int64_t n, float s) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace gemma::reference
