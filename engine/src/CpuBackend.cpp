@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "ThreadPool.h"
+#include "kernels/WeightFormats.h"
 #include "reference/ReferenceOps.h"
 
 namespace gemma {
@@ -121,10 +123,44 @@ public:
     }
 
 private:
+    // Splits the weight's output rows across the pool; each range runs the reference op on its
+    // slice of W and is scattered into y's [rows][out] layout. Small ops stay on one thread.
+    template <typename SliceOp>
+    void parallelRows(std::int64_t out, std::int64_t in, std::int64_t rows, float* y, const SliceOp& slice) {
+        if (out * in * rows < (1 << 18) || pool_.size() == 1) {
+            slice(0, out, y);
+            return;
+        }
+        pool_.parallelFor(out, [&](std::int64_t begin, std::int64_t end) {
+            std::vector<float> part(static_cast<std::size_t>(rows * (end - begin)));
+            slice(begin, end, part.data());
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::copy_n(&part[r * (end - begin)], end - begin, y + r * out + begin);
+            }
+        });
+    }
+
     void linear(const LinearWeight& w, const float* x, std::int64_t rows, float* y, StepStats* stats) {
         BucketTimer timer(stats, Bucket::Fp4Matvec);
-        if (w.format == TensorFormat::Fp4G128) ref::linearFp4(w.codes, w.scales, w.out, w.in, x, rows, y);
-        else ref::linearF32(w.f32, w.out, w.in, x, rows, y);
+        parallelRows(w.out, w.in, rows, y, [&](std::int64_t begin, std::int64_t end, float* target) {
+            if (w.format == TensorFormat::Fp4G128) {
+                ref::linearFp4(w.codes + begin * formats::fp4RowBytes(w.in), w.scales + begin * formats::fp4GroupsPerRow(w.in),
+                               end - begin, w.in, x, rows, target);
+            } else {
+                ref::linearF32(w.f32 + begin * w.in, end - begin, w.in, x, rows, target);
+            }
+        });
+    }
+
+    void lmHead(const float* x, std::int64_t rows, float* logits) {
+        const auto& table = weights_.embedding;
+        parallelRows(table.rows, table.cols, rows, logits, [&](std::int64_t begin, std::int64_t end, float* target) {
+            if (table.format == TensorFormat::Fp8RowScaled) {
+                ref::linearFp8Rows(table.codes + begin * table.cols, table.rowScales + begin, end - begin, table.cols, x, rows, target);
+            } else {
+                ref::linearF32(table.f32 + begin * table.cols, end - begin, table.cols, x, rows, target);
+            }
+        });
     }
 
     void gatherRow(const EmbeddingTable& table, std::int32_t row, float scale, float* out) {
@@ -190,12 +226,7 @@ private:
         norm(x.data() + first * H, weights_.finalNorm, rows, H, stats);
         logits.assign(static_cast<std::size_t>(rows * c.vocabSize), 0.0f);
         BucketTimer timer(stats, Bucket::LmHead);
-        const auto& table = weights_.embedding;
-        if (table.format == TensorFormat::Fp8RowScaled) {
-            ref::linearFp8Rows(table.codes, table.rowScales, table.rows, table.cols, x.data() + first * H, rows, logits.data());
-        } else {
-            ref::linearF32(table.f32, table.rows, table.cols, x.data() + first * H, rows, logits.data());
-        }
+        lmHead(x.data() + first * H, rows, logits.data());
         if (c.finalLogitSoftcap > 0.0f) ref::softcap(logits.data(), rows * c.vocabSize, c.finalLogitSoftcap);
     }
 
@@ -296,6 +327,7 @@ private:
     const PackageMetadata& metadata_;
     std::vector<std::vector<float>> ropeInverse_;
     std::vector<LayerCache> caches_;
+    ThreadPool pool_;
     int allocation_ = 0;
     int position_ = 0;
 };
