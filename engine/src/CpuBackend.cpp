@@ -56,6 +56,7 @@ public:
 
     std::string name() const override { return "cpu (fp32 reference)"; }
     int contextAllocation() const override { return allocation_; }
+    int kvBytesPerElement() const override { return 4; }
 
     Status resetContext(int allocation) override {
         if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};

@@ -7,6 +7,9 @@
 
 #include "Backend.h"
 #include "CpuBackend.h"
+#if GEMMA_WITH_CUDA
+#include "CudaBackend.h"
+#endif
 #include "ModelWeights.h"
 #include "Package.h"
 #include "Tokenizer.h"
@@ -71,17 +74,30 @@ std::int64_t kvBytesPerPosition(const ModelConfig& c) {
     return bytes;
 }
 
-Status checkDevice(Device device) {
-    // The CUDA backend lands with issue 3; until then a request for it is refused clearly.
-    if (device == Device::Cuda) return {ErrorCode::Unsupported, "this build has no CUDA backend; use --device cpu"};
-    return Status::ok();
+bool isQuantized(const Package& package) { return package.metadata().linearFormat == "fp4-e2m1-g128"; }
+
+// Picks and builds the backend: `cuda` insists on the GPU; `auto` takes it when the build has
+// CUDA, a device is present and the package is quantized (the kernels stream FP4), else the CPU.
+Expected<std::unique_ptr<Backend>> makeBackend(Device device, const Package& package, const ModelWeights& weights, int allocation) {
+#if GEMMA_WITH_CUDA
+    const bool wantGpu = device == Device::Cuda || (device == Device::Auto && cudaDeviceAvailable() && isQuantized(package));
+    if (wantGpu) {
+        if (!cudaDeviceAvailable()) return Status{ErrorCode::Device, "no CUDA device is available (use --device cpu)"};
+        return makeCudaBackend(package, weights, allocation);
+    }
+#else
+    (void)isQuantized;
+    if (device == Device::Cuda) return Status{ErrorCode::Unsupported, "this build has no CUDA backend; use --device cpu"};
+#endif
+    auto backend = makeCpuBackend(package, weights);
+    GEMMA_RETURN_IF_ERROR(backend->resetContext(allocation));
+    return backend;
 }
 
 class EngineImpl final : public Engine {
 public:
     Status load(const std::filesystem::path& path, const OpenOptions& options, const ProgressCallback& progress) {
         if (progress && !progress(0.0, "opening package")) return {ErrorCode::Cancelled, "loading cancelled"};
-        GEMMA_RETURN_IF_ERROR(checkDevice(options.device));
         if (options.contextAllocation <= 0 || options.contextAllocation > (1 << 20)) {
             return {ErrorCode::InvalidArgument, "the context allocation must be between 1 and 1048576 positions"};
         }
@@ -92,16 +108,20 @@ public:
         auto weights = ModelWeights::bind(*package_);
         if (!weights) return weights.status();
         weights_ = std::make_unique<ModelWeights>(std::move(weights.value()));
-        auto tokenizer = Tokenizer::fromModelBytes(package_->tokenizerModel());
-        if (!tokenizer) return tokenizer.status();
-        tokenizer_ = std::move(tokenizer.value());
-        if (tokenizer_.vocabSize() > package_->config().vocabSize) {
+        hasTokenizer_ = !package_->tokenizerModel().empty();
+        if (hasTokenizer_) {
+            auto tokenizer = Tokenizer::fromModelBytes(package_->tokenizerModel());
+            if (!tokenizer) return tokenizer.status();
+            tokenizer_ = std::move(tokenizer.value());
+        }
+        if (hasTokenizer_ && tokenizer_.vocabSize() > package_->config().vocabSize) {
             return {ErrorCode::InvalidFile, "the tokenizer has " + std::to_string(tokenizer_.vocabSize()) +
                                                 " pieces but the model's vocabulary is " + std::to_string(package_->config().vocabSize)};
         }
         if (progress && !progress(0.6, "allocating the KV cache")) return {ErrorCode::Cancelled, "loading cancelled"};
-        backend_ = makeCpuBackend(*package_, *weights_);
-        GEMMA_RETURN_IF_ERROR(backend_->resetContext(options.contextAllocation));
+        auto backend = makeBackend(options.device, *package_, *weights_, options.contextAllocation);
+        if (!backend) return backend.status();
+        backend_ = std::move(backend.value());
 
         const auto& c = package_->config();
         info_.name = package_->metadata().name;
@@ -115,12 +135,15 @@ public:
         info_.layers = c.numLayers;
         info_.contextAllocation = options.contextAllocation;
         info_.weightBytes = weights_->decoderBytesPerToken;
-        info_.kvBytesPerPosition = kvBytesPerPosition(c);
+        info_.kvBytesPerPosition = kvBytesPerPosition(c) / 4 * backend_->kvBytesPerElement();
+        info_.hasTokenizer = hasTokenizer_;
 
         stopIds_ = c.eosTokenIds;
-        const auto& special = tokenizer_.special();
-        for (auto id : {special.eos, special.turnEnd, special.toolResponseStart}) {
-            if (id >= 0) stopIds_.push_back(id);
+        if (hasTokenizer_) {
+            const auto& special = tokenizer_.special();
+            for (auto id : {special.eos, special.turnEnd, special.toolResponseStart}) {
+                if (id >= 0) stopIds_.push_back(id);
+            }
         }
         if (progress) progress(1.0, "ready");
         return Status::ok();
@@ -129,11 +152,14 @@ public:
     const ModelInfo& info() const override { return info_; }
 
     std::vector<std::int32_t> tokenizeChat(const std::vector<ChatMessage>& messages) const override {
+        if (!hasTokenizer_) return {};
         auto ids = renderChat(tokenizer_, messages, package_->metadata().emptyThoughtChannel);
         return ids ? ids.value() : std::vector<std::int32_t>{};
     }
 
-    std::string detokenize(const std::vector<std::int32_t>& ids) const override { return tokenizer_.decode(ids); }
+    std::string detokenize(const std::vector<std::int32_t>& ids) const override {
+        return hasTokenizer_ ? tokenizer_.decode(ids) : std::string{};
+    }
 
     Expected<GenerationStats> generate(const GenerationRequest& request, const TokenCallback& onToken) override {
         clearCancel();
@@ -145,6 +171,7 @@ public:
         if (!sampler) return sampler.status();
         std::vector<std::int32_t> prompt;
         if (!request.messages.empty()) {
+            if (!hasTokenizer_) return Status{ErrorCode::Unsupported, "this package has no tokenizer (a benchmark package): feed raw tokens"};
             auto rendered = renderChat(tokenizer_, request.messages, package_->metadata().emptyThoughtChannel);
             if (!rendered) return rendered.status();
             prompt = std::move(rendered.value());
@@ -202,7 +229,7 @@ public:
             const bool stop = request.stopAtEndOfTurn && std::find(stopIds_.begin(), stopIds_.end(), next) != stopIds_.end();
             TokenEvent event;
             event.id = next;
-            event.text = stop ? std::string{} : decoder.push(next);
+            event.text = stop || !hasTokenizer_ ? std::string{} : decoder.push(next);
             event.step = step;
             if (onToken && !onToken(event)) {
                 stats.stopReason = StopReason::Cancelled;
@@ -252,7 +279,9 @@ public:
         std::vector<std::int32_t> prompt(static_cast<std::size_t>(request.promptTokens));
         for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 7919 + 11) % static_cast<std::size_t>(vocab));
         std::vector<float> logits;
+        const auto prefillStart = Clock::now();
         status = backend_->forward(prompt, 0, false, logits, nullptr);
+        result.prefillMs = msSince(prefillStart);
         double totalMs = 0.0;
         for (int i = 0; status && i < request.decodeTokens; ++i) {
             if (cancelRequested()) {
@@ -263,8 +292,9 @@ public:
             step.position = request.promptTokens + i;
             const auto start = Clock::now();
             const std::int32_t input[1] = {Sampler::argmax(logits)};
-            status = backend_->forward(input, step.position, false, logits, &step);
+            status = backend_->forward(input, step.position, false, logits, request.instrumented ? &step : nullptr);
             finishStep(step, start);
+            step.instrumented = request.instrumented;
             totalMs += step.wallMs;
             result.steps.push_back(step);
             if (progress && !progress(static_cast<double>(i + 1) / request.decodeTokens, "decoding")) {
@@ -286,6 +316,7 @@ private:
     std::unique_ptr<Backend> backend_;
     ModelInfo info_;
     std::vector<std::int32_t> stopIds_;
+    bool hasTokenizer_ = false;
 };
 
 }  // namespace

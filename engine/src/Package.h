@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ public:
     const PackageTensor* find(const std::string& name) const;
     const std::map<std::string, PackageTensor>& tensors() const { return tensors_; }
     std::uint64_t fileBytes() const { return file_.size(); }
+    // The blob section [256, manifest): every tensor lies inside it, so a backend can upload it in
+    // one copy and translate a tensor's host pointer by its offset from dataSection().data().
+    std::span<const std::uint8_t> dataSection() const { return {file_.data() + kPackageAlignment, dataBytes_}; }
 
 private:
     MappedFile file_;
@@ -72,6 +76,7 @@ private:
     PackageMetadata metadata_;
     std::string_view tokenizer_;
     std::map<std::string, PackageTensor> tensors_;
+    std::size_t dataBytes_ = 0;
 };
 
 // Streams blobs to a temporary file, then writes the manifest and header and renames the file

@@ -17,16 +17,19 @@ constexpr float kImpossible = -std::numeric_limits<float>::infinity();
 // compiler vectorises) and only looks at single logits in blocks that hold a winner.
 constexpr std::size_t kBlock = 64;
 
-// Top-p without top-k: first test whether the best this many tokens reach the mass (peaked
-// distributions, the common case); otherwise locate the boundary with a histogram of this many
-// logit bins (topPBoundary).
+// Top-p without top-k (topPBoundary): first test whether the best kTopPChunk tokens reach the
+// mass (peaked distributions, the common case); otherwise narrow the boundary down with
+// histograms of kTopPBins logit bins until at most kTopPSortLimit tokens are left to sort.
 constexpr std::size_t kTopPChunk = 256;
 constexpr std::size_t kTopPBins = 4096;
+constexpr std::size_t kTopPSortLimit = 1024;
 
 // Independent accumulators for the max scan, so the loop vectorises without -ffast-math.
 constexpr std::size_t kLanes = 16;
 
-float sanitized(float logit) { return logit > kImpossible ? logit : kImpossible; }
+float sanitized(float logit) {
+    return logit > kImpossible ? logit : kImpossible;
+}
 
 // The HF / llama.cpp rule: shrink a positive logit, push a non-positive one further down.
 float penalized(float logit, float penalty) {
@@ -199,14 +202,16 @@ double Sampler::weight(float logit, float maxLogit) const {
 }
 
 // Top-p keeps the shortest prefix of the candidates ordered by Better whose mass reaches
-// topP * total (at least one token). This returns the last token of that prefix without sorting
-// the whole list, or nothing when every candidate is kept.
+// topP * total (at least one token). This returns the last token of that prefix, or nothing when
+// every candidate is kept, without sorting the whole list:
 //  1. Peaked rows: the best kTopPChunk tokens, found like top-k, usually hold the mass already.
-//  2. Otherwise a histogram: the candidates go into kTopPBins bins of equal logit width from the
-//     maximum down (a larger logit never lands in a later bin, equal logits share one), the bins'
-//     masses locate the bin where the running mass crosses the target, and only that bin's
-//     tokens are sorted. A row of equal logits puts everything in one bin: still correct, just a
-//     full sort.
+//  2. Otherwise a histogram: the undecided tokens go into kTopPBins bins of equal logit width from
+//     their largest logit down (a larger logit never lands in a later bin; equal logits share
+//     one). The bins' masses locate the bin where the running mass crosses the target; the bins
+//     before it are kept, the ones after it dropped, and only that bin's tokens stay undecided.
+//     Repeat until few remain (an outlier logit can make the first bins coarse), then sort them.
+//     The undecided tokens are always in id order, so when their logits are all equal they are
+//     already in Better order and need no sort.
 std::optional<Sampler::Candidate> Sampler::topPBoundary(double total, float maxLogit) {
     const double target = static_cast<double>(params_.topP) * total;
     if (candidates_.size() > kTopPChunk) {
@@ -219,37 +224,69 @@ std::optional<Sampler::Candidate> Sampler::topPBoundary(double total, float maxL
         }
     }
 
-    float minLogit = maxLogit;
-    for (const Candidate& c : candidates_) minLogit = std::min(minLogit, c.logit);
-    const bool infiniteMax = std::isinf(maxLogit);
-    const double top = static_cast<double>(maxLogit);
-    const double range = top - static_cast<double>(minLogit);
-    const double scale = !infiniteMax && range > 0.0 ? static_cast<double>(kTopPBins) / range : 0.0;
-    const auto binOf = [&](float logit) -> std::size_t {
-        if (infiniteMax) return logit == maxLogit ? 0 : kTopPBins - 1;
-        const double position = (top - static_cast<double>(logit)) * scale;
-        return static_cast<std::size_t>(std::min(position, static_cast<double>(kTopPBins - 1)));
-    };
-    binMass_.assign(kTopPBins, 0.0);
-    for (const Candidate& c : candidates_) binMass_[binOf(c.logit)] += c.weight;
+    // The undecided tokens, in id order: every token before them in Better order is kept (their
+    // mass is `above`), every token after them dropped.
+    std::span<Candidate> undecided(candidates_);
+    double above = 0.0;
+    bool first = true;
+    for (;;) {
+        float hi = undecided.front().logit;
+        float lo = hi;
+        for (const Candidate& c : undecided) {
+            hi = std::max(hi, c.logit);
+            lo = std::min(lo, c.logit);
+        }
+        if (undecided.size() <= kTopPSortLimit || hi == lo) {
+            if (first) {  // never sort candidates_ itself: it must stay in id order
+                order_.assign(undecided.begin(), undecided.end());
+                undecided = order_;
+            }
+            if (hi != lo) std::sort(undecided.begin(), undecided.end(), Better{});
+            for (const Candidate& c : undecided) {
+                above += c.weight;
+                if (above >= target) return c;
+            }
+            // Rounding: a coarser sum said the target is reached inside this group.
+            if (first) return std::nullopt;  // ... or nowhere: keep everything
+            return undecided.back();
+        }
 
-    double above = 0.0;  // mass of the bins before `bin`
-    for (std::size_t bin = 0; bin < kTopPBins; ++bin) {
-        if (above + binMass_[bin] < target) {
-            above += binMass_[bin];
-            continue;
+        const bool infiniteTop = std::isinf(hi);
+        const double top = static_cast<double>(hi);
+        const double scale =
+            infiniteTop ? 0.0 : static_cast<double>(kTopPBins) / (top - static_cast<double>(lo));
+        const auto binOf = [&](float logit) -> std::size_t {
+            if (infiniteTop) return logit == hi ? 0 : kTopPBins - 1;
+            const double position = (top - static_cast<double>(logit)) * scale;
+            return static_cast<std::size_t>(std::min(position, static_cast<double>(kTopPBins - 1)));
+        };
+        binMass_.assign(kTopPBins, 0.0);
+        for (const Candidate& c : undecided) binMass_[binOf(c.logit)] += c.weight;
+        std::size_t crossing = 0;
+        while (crossing < kTopPBins && above + binMass_[crossing] < target)
+            above += binMass_[crossing++];
+        if (crossing == kTopPBins) {  // rounding again
+            if (first) return std::nullopt;
+            return *std::min_element(
+                undecided.begin(), undecided.end(),
+                [](const Candidate& a, const Candidate& b) { return Better{}(b, a); });
         }
-        order_.clear();
-        for (const Candidate& c : candidates_)
-            if (binOf(c.logit) == bin) order_.push_back(c);
-        std::sort(order_.begin(), order_.end(), Better{});
-        for (const Candidate& c : order_) {
-            above += c.weight;
-            if (above >= target) return c;
+
+        // Keep the crossing bin's tokens, in id order, at the front of order_.
+        Candidate* out = first ? nullptr : undecided.data();
+        if (first) order_.clear();
+        std::size_t kept = 0;
+        for (const Candidate& c : undecided) {
+            if (binOf(c.logit) != crossing) continue;
+            if (first)
+                order_.push_back(c);
+            else
+                out[kept] = c;  // in place: the write index never passes the read index
+            ++kept;
         }
-        return order_.back();  // the bin's sum reached the target; its sum in order fell short by rounding
+        undecided = std::span<Candidate>(first ? order_.data() : out, kept);
+        first = false;
     }
-    return std::nullopt;  // rounding: the whole list never reached topP * total, so keep it all
 }
 
 Sampler::Plan Sampler::plan(std::span<const float> logits, std::span<const std::int32_t> history) {
@@ -289,6 +326,10 @@ Sampler::Plan Sampler::plan(std::span<const float> logits, std::span<const std::
     } else {
         maxLogit = collectAll();  // id order
     }
+    if (candidates_.empty()) {  // cannot happen (possible > 0); a guard, not a crash, if it did
+        plan.token = 0;
+        return plan;
+    }
 
     // Softmax weights in double with the maximum subtracted; the temperature divides here, which
     // equals dividing the logits first but without a float rounding (and keeps the top-k order
@@ -312,7 +353,8 @@ Sampler::Plan Sampler::plan(std::span<const float> logits, std::span<const std::
             candidates_.resize(kept);
         } else {
             if (const auto boundary = topPBoundary(total, maxLogit))
-                std::erase_if(candidates_, [&](const Candidate& c) { return Better{}(*boundary, c); });
+                std::erase_if(candidates_,
+                              [&](const Candidate& c) { return Better{}(*boundary, c); });
         }
     }
 
@@ -322,7 +364,8 @@ Sampler::Plan Sampler::plan(std::span<const float> logits, std::span<const std::
         double maxWeight = 0.0;
         for (const Candidate& c : candidates_) maxWeight = std::max(maxWeight, c.weight);
         const double threshold = static_cast<double>(params_.minP) * maxWeight;
-        std::erase_if(candidates_, [threshold](const Candidate& c) { return c.weight < threshold; });
+        std::erase_if(candidates_,
+                      [threshold](const Candidate& c) { return c.weight < threshold; });
     }
 
     // The draw walks the survivors in id order, so the same seed picks the same token whatever

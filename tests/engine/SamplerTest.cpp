@@ -12,6 +12,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gemma {
@@ -67,8 +68,7 @@ std::set<std::int32_t> idsOf(std::span<const TokenProbability> dist) {
 // An independent, deliberately naive implementation of docs/SAMPLING.md (full sorts, sets),
 // used as the oracle for the optimised pipeline.
 std::map<std::int32_t, double> referenceDistribution(const std::vector<float>& logits,
-                                                     const Ids& history,
-                                                     const SamplingParams& p) {
+                                                     const Ids& history, const SamplingParams& p) {
     std::vector<float> x(logits);
     for (float& v : x)
         if (std::isnan(v)) v = -kInf;
@@ -90,7 +90,8 @@ std::map<std::int32_t, double> referenceDistribution(const std::vector<float>& l
     std::sort(c.begin(), c.end(), [](const C& a, const C& b) {
         return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
     });
-    if (p.topK > 0 && static_cast<std::size_t>(p.topK) < c.size()) c.resize(static_cast<std::size_t>(p.topK));
+    if (p.topK > 0 && static_cast<std::size_t>(p.topK) < c.size())
+        c.resize(static_cast<std::size_t>(p.topK));
     const double mx = c.front().logit;
     double total = 0;
     for (C& e : c) {
@@ -206,8 +207,8 @@ TEST(SamplerValidate, RejectsEachBadParameter) {
 
 TEST(SamplerValidate, InvalidSamplerFallsBackToPlainArgmax) {
     SamplingParams p = plainParams(1.0f);
-    p.topP = 0.0f;          // invalid
-    p.repeatPenalty = 5.0f; // would change the answer if it were applied
+    p.topP = 0.0f;           // invalid
+    p.repeatPenalty = 5.0f;  // would change the answer if it were applied
     Sampler sampler(p);
     ASSERT_FALSE(sampler.status().isOk());
     const std::vector<float> logits = {0.0f, 3.0f, 2.9f};
@@ -264,8 +265,8 @@ TEST(SamplerGreedy, AppliesRepetitionPenaltyFirst) {
     Sampler sampler(p);
     const std::vector<float> logits = {2.0f, 1.5f, -1.0f};
     EXPECT_EQ(sampler.sample(logits, {}), 0);
-    EXPECT_EQ(sampler.sample(logits, Ids{0}), 1);        // 2/2 = 1 < 1.5
-    EXPECT_EQ(sampler.sample(logits, Ids{0, 1}), 0);     // 1 vs 0.75
+    EXPECT_EQ(sampler.sample(logits, Ids{0}), 1);     // 2/2 = 1 < 1.5
+    EXPECT_EQ(sampler.sample(logits, Ids{0, 1}), 0);  // 1 vs 0.75
 }
 
 // ---- top-k -------------------------------------------------------------------------------------
@@ -304,7 +305,8 @@ TEST(SamplerTopK, ZeroDisablesAndLargeKEqualsDisabled) {
         Sampler big(makeParams(1.0f, k, 1.0f, 0.0f, 1.0f, 5));
         Sampler disabled(makeParams(1.0f, 0, 1.0f, 0.0f, 1.0f, 5));
         EXPECT_EQ(big.distribution(logits, {}).size(), 1000u);
-        for (int i = 0; i < 300; ++i) ASSERT_EQ(big.sample(logits, {}), disabled.sample(logits, {}));
+        for (int i = 0; i < 300; ++i)
+            ASSERT_EQ(big.sample(logits, {}), disabled.sample(logits, {}));
     }
 }
 
@@ -321,10 +323,9 @@ TEST(SamplerTopK, ImpossibleTokensAreNeverKept) {
 // matters), ascending and descending rows (a compaction every k entries, or none), a constant row.
 TEST(SamplerTopK, MatchesReferenceOnAwkwardRows) {
     std::mt19937_64 rng(21);
-    std::vector<std::vector<float>> rows = {randomLogits(rng, 5000, true),
-                                            randomLogits(rng, 5000, false),
-                                            std::vector<float>(5000), std::vector<float>(5000),
-                                            std::vector<float>(5000, 0.5f)};
+    std::vector<std::vector<float>> rows = {
+        randomLogits(rng, 5000, true), randomLogits(rng, 5000, false), std::vector<float>(5000),
+        std::vector<float>(5000), std::vector<float>(5000, 0.5f)};
     for (std::size_t i = 0; i < 5000; ++i) {
         rows[2][i] = 0.01f * static_cast<float>(i);
         rows[3][i] = -0.01f * static_cast<float>(i);
@@ -334,7 +335,8 @@ TEST(SamplerTopK, MatchesReferenceOnAwkwardRows) {
             Sampler sampler(makeParams(0.8f, k, 1.0f, 0.0f));
             const auto dist = sampler.distribution(rows[r], {});
             ASSERT_EQ(dist.size(), static_cast<std::size_t>(k)) << "row " << r;
-            expectSameDistribution(asMap(dist), referenceDistribution(rows[r], {}, sampler.params()));
+            expectSameDistribution(asMap(dist),
+                                   referenceDistribution(rows[r], {}, sampler.params()));
         }
     }
 }
@@ -398,6 +400,23 @@ TEST(SamplerTopP, MatchesReferencePeakedAndFlat) {
                                    referenceDistribution(logits, {}, sampler.params()));
         }
     }
+    // Masked tokens with a finite huge negative logit make the first histogram level coarse (every
+    // real token lands in its first bin); a tie-heavy row leaves whole groups of equal logits.
+    std::vector<float> masked = randomLogits(rng, 20000, false);
+    for (std::size_t i = 0; i < masked.size(); ++i) {
+        if (i % 2 == 0)
+            masked[i] = i % 4 == 0 ? -1e9f : -3e38f;
+        else
+            masked[i] *= 0.15f;
+    }
+    const std::vector<float> grid = randomLogits(rng, 20000, true);
+    for (const std::vector<float>* row : {&std::as_const(masked), &grid}) {
+        for (float topP : {0.3f, 0.5f, 0.9f, 0.99f}) {
+            Sampler sampler(makeParams(1.5f, 0, topP, 0.0f));
+            expectSameDistribution(asMap(sampler.distribution(*row, {})),
+                                   referenceDistribution(*row, {}, sampler.params()));
+        }
+    }
     // Combined with top-k (already sorted candidates) and with ties.
     const std::vector<float> tied = randomLogits(rng, 3000, true);
     for (int k : {5, 40, 2000}) {
@@ -415,7 +434,8 @@ TEST(SamplerTopP, ManyTiedTopTokens) {
         const std::vector<float> constant(count, -2.0f);
         for (float topP : {0.3f, 0.77f}) {
             Sampler s(makeParams(1.0f, 0, topP, 0.0f));
-            const auto expected = static_cast<std::size_t>(std::ceil(static_cast<double>(topP) * static_cast<double>(count)));
+            const auto expected = static_cast<std::size_t>(
+                std::ceil(static_cast<double>(topP) * static_cast<double>(count)));
             const auto ids = idsOf(s.distribution(constant, {}));
             ASSERT_EQ(ids.size(), expected) << count << " " << topP;
             EXPECT_EQ(*ids.rbegin(), static_cast<std::int32_t>(expected - 1));
@@ -433,7 +453,8 @@ TEST(SamplerTopP, ManyTiedTopTokens) {
         const auto m = static_cast<std::size_t>(std::ceil(static_cast<double>(topP) * 800));
         const auto dist = asMap(s.distribution(infinite, {}));
         ASSERT_EQ(dist.size(), m) << topP;
-        for (std::size_t j = 0; j < m; ++j) EXPECT_DOUBLE_EQ(dist.at(infIds[j]), 1.0 / static_cast<double>(m));
+        for (std::size_t j = 0; j < m; ++j)
+            EXPECT_DOUBLE_EQ(dist.at(infIds[j]), 1.0 / static_cast<double>(m));
     }
 }
 
@@ -582,7 +603,7 @@ TEST(SamplerDeterminism, DrawIsTheDocumentedInverseCdf) {
         for (int i = 0; i < 2000; ++i) {
             const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
             const double target = u * total;
-            const std::int32_t expected = target < w[0] ? order[0]
+            const std::int32_t expected = target < w[0]          ? order[0]
                                           : target < w[0] + w[1] ? order[1]
                                                                  : order[2];
             ASSERT_EQ(sampler.sample(logits, {}), expected) << "draw " << i;
@@ -595,9 +616,9 @@ TEST(SamplerDeterminism, DrawIsTheDocumentedInverseCdf) {
 TEST(SamplerDeterminism, OneRngOutputPerCall) {
     const std::vector<float> normal = {0.1f, 0.2f, 0.3f, 0.0f, -0.2f, 0.25f};
     const std::vector<std::vector<float>> firsts = {
-        {kNaN, -kInf},               // all impossible
-        {5.0f, -kInf, -kInf},        // one possible token
-        {0.0f, 0.0f, 0.0f, 0.0f},    // uniform
+        {kNaN, -kInf},             // all impossible
+        {5.0f, -kInf, -kInf},      // one possible token
+        {0.0f, 0.0f, 0.0f, 0.0f},  // uniform
     };
     std::vector<std::int32_t> reference;
     {
@@ -647,6 +668,19 @@ TEST(SamplerNonFinite, AllImpossibleGivesZeroAndEmptyGivesMinusOne) {
     EXPECT_TRUE(s.distribution(std::span<const float>{}, {}).empty());
 }
 
+// An extreme penalty overflows a logit: to -inf (impossible) or to +inf (takes all the mass).
+TEST(SamplerNonFinite, PenaltyOverflow) {
+    const std::vector<float> negative = {-3e38f, -3e38f, -1e10f};  // times 1e30: all below -FLT_MAX
+    for (int k : {0, 1, 2}) {
+        Sampler down(makeParams(1.0f, k, 1.0f, 0.0f, 1e30f, 3));
+        for (int i = 0; i < 20; ++i) EXPECT_EQ(down.sample(negative, Ids{0, 1}), 2) << "k " << k;
+        EXPECT_EQ(down.sample(negative, Ids{0, 1, 2}), 0) << "all impossible, k " << k;
+    }
+    Sampler up(makeParams(1.0f, 0, 1.0f, 0.0f, 1e-30f, 3));
+    const std::vector<float> positive = {3e38f, 3e38f};
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(up.sample(positive, Ids{1}), 1);
+}
+
 TEST(SamplerNonFinite, PositiveInfinityTakesAllTheMass) {
     const std::vector<float> logits = {1e30f, kInf, 3.0f, kInf, kNaN};
     Sampler s(plainParams(1.0f, 2));
@@ -672,7 +706,8 @@ TEST(SamplerNonFinite, PositiveInfinityTakesAllTheMass) {
 // The same statistic against softmax(logits) at T = 1, i.e. a sampler that ignored the
 // temperature, is in the thousands: the check has the power to catch such a bug.
 TEST(SamplerStatistics, EmpiricalDistributionMatchesSoftmaxWithTemperature) {
-    const std::vector<float> logits = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 0.8f, 1.2f, -0.2f};
+    const std::vector<float> logits = {2.0f,  1.5f,  1.0f, 0.5f, 0.0f,
+                                       -0.5f, -1.0f, 0.8f, 1.2f, -0.2f};
     const float temperature = 0.7f;
     const int draws = 200000;
     Sampler s(plainParams(temperature, 20240601));
@@ -693,7 +728,8 @@ TEST(SamplerStatistics, EmpiricalDistributionMatchesSoftmaxWithTemperature) {
 // set. Drawing from the unrenormalised probabilities would put mass on dropped tokens and fail the
 // set check; renormalising over the wrong set would fail the chi-square.
 TEST(SamplerStatistics, TopPDrawsFollowTheRenormalisedPrefix) {
-    const std::vector<float> logits = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 0.8f, 1.2f, -0.2f};
+    const std::vector<float> logits = {2.0f,  1.5f,  1.0f, 0.5f, 0.0f,
+                                       -0.5f, -1.0f, 0.8f, 1.2f, -0.2f};
     const float temperature = 0.7f;
     const std::vector<double> full = softmax(logits, temperature);
     const std::vector<std::size_t> kept = {0, 1, 8};

@@ -96,6 +96,7 @@ struct ModelInfo {
     int contextAllocation = 0;
     std::int64_t weightBytes = 0;         // bytes the decoder streams per token
     std::int64_t kvBytesPerPosition = 0;  // KV-cache bytes one position adds (non-shared layers)
+    bool hasTokenizer = true;             // false for synthetic benchmark packages (raw tokens only)
 };
 
 struct OpenOptions {
@@ -118,13 +119,15 @@ using TokenCallback = std::function<bool(const TokenEvent& event)>;
 // One point of an allocation sweep: the same positions decoded with a given KV allocation.
 struct DecodeBenchmarkRequest {
     int contextAllocation = 4096;
-    int promptTokens = 100;
+    int promptTokens = 100;   // context filled by a real prefill before the timed decode
     int decodeTokens = 128;
+    bool instrumented = true;  // time each bucket (costs some speed; false gives plain tok/s)
 };
 struct DecodeBenchmarkResult {
     int contextAllocation = 0;
     double tokensPerSecond = 0.0;
-    double msPerToken = 0.0;
+    double msPerToken = 0.0;   // median-free mean over the decode steps (wall time)
+    double prefillMs = 0.0;    // time of the prefill of promptTokens
     std::vector<StepStats> steps;
 };
 

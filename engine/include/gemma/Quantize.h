@@ -36,4 +36,12 @@ Expected<QuantizeReport> quantizeCheckpoint(const std::filesystem::path& inputDi
                                             const QuantizeOptions& options,
                                             const ProgressCallback& progress = {});
 
+class ModelConfig;
+
+// Writes a package of the given geometry with random weights: FP4 linears with plausible group
+// scales, an FP8 embedding, unit norms. For benchmarks (decode speed depends on shapes, not
+// values); it has no tokenizer, so it runs raw tokens only. Deterministic for a seed.
+Expected<QuantizeReport> writeRandomPackage(const ModelConfig& config, const std::filesystem::path& outputFile,
+                                            std::uint64_t seed, const ProgressCallback& progress = {});
+
 }  // namespace gemma

@@ -1,10 +1,11 @@
 // Picks the next token from a row of logits (docs/SAMPLING.md has the exact rules).
 //
 // Pipeline, in this order: repetition penalty -> temperature -> top-k -> softmax (double) ->
-// top-p -> min-p -> renormalise -> one draw from a seeded std::mt19937_64. Greedy (or a
-// temperature of 0) is argmax after the repetition penalty. The result is a pure function of the
-// parameters, the RNG state, the logits and the history; the member buffers are only scratch space
-// reused between calls, so a Sampler allocates nothing per token once it has seen the vocabulary.
+// top-p -> min-p -> renormalise -> one draw from a seeded std::mt19937_64, walking the survivors
+// in increasing token id. Greedy (or a temperature of 0) is argmax after the repetition penalty.
+// The result is a pure function of the parameters, the RNG state, the logits and the history; the
+// member buffers are only scratch space reused between calls, so a Sampler allocates nothing per
+// token once it has seen the vocabulary.
 //
 // Plain C++20: no Qt, no CUDA. Not thread-safe: one Sampler per generation, used from one thread.
 #pragma once
@@ -53,7 +54,8 @@ public:
     std::int32_t sample(std::span<const float> logits, std::span<const std::int32_t> history);
 
     // The distribution sample() would draw from for the same inputs, without drawing (the RNG is
-    // not touched): the surviving tokens in draw order with probabilities summing to 1. Greedy,
+    // not touched): the surviving tokens in increasing id (the order the draw walks them) with
+    // probabilities summing to 1. Greedy,
     // all-impossible and invalid-parameter cases give one token with probability 1; an empty row
     // gives an empty span. The span stays valid until the next call on this Sampler.
     std::span<const TokenProbability> distribution(std::span<const float> logits,
@@ -72,17 +74,19 @@ private:
 
     // What the pipeline decided before any draw.
     struct Plan {
-        bool fixed = false;     // the answer is `token`, no draw needed (greedy, invalid, empty)
+        bool fixed = false;  // the answer is `token`, no draw needed (greedy, invalid, empty)
         std::int32_t token = 0;
-        double total = 0.0;     // sum of candidates_[i].weight in draw order, when !fixed
+        double total = 0.0;  // sum of candidates_[i].weight in draw order, when !fixed
     };
 
     Plan plan(std::span<const float> logits, std::span<const std::int32_t> history);
     // Fills work_ and returns how many of its entries are possible (> -inf).
     std::int64_t loadLogits(std::span<const float> logits, std::span<const std::int32_t> history);
     void selectBest(std::size_t k, std::vector<Candidate>& out) const;  // k >= 1, unordered
-    void selectTopK(std::int32_t k);  // k < number of possible tokens; leaves them sorted best first
-    float collectAll();               // every possible token in id order; returns the max logit
+    // The k best tokens (k < number of possible tokens), sorted best first.
+    void selectTopK(std::int32_t k);
+    // Every possible token in id order; returns the max logit.
+    float collectAll();
     double weight(float logit, float maxLogit) const;  // unnormalised softmax weight
     // The worst token top-p keeps (nothing: keep all), for candidates with weights set.
     std::optional<Candidate> topPBoundary(double total, float maxLogit);

@@ -1,0 +1,34 @@
+// Measurements gemma-bench takes beside the engine, in the same process and run (PERF.md):
+// the read and copy bandwidth ceilings, the cuBLASLt BF16 GEMM rate, and per-shape kernel timings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gemma::bench {
+
+struct Ceilings {
+    std::string gpu;
+    double readGBs = 0.0;        // streaming read, bytes read / time
+    double copyGBs = 0.0;        // device-to-device copy, (read + write) / time
+    double bf16GemmTflops = 0.0; // cuBLASLt BF16 GEMM 8192³
+    double probeBytes = 0.0;
+};
+
+struct KernelTiming {
+    std::string name;   // e.g. "q_proj 4096x3840"
+    std::int64_t out = 0, in = 0;
+    double microseconds = 0.0;
+    double bytes = 0.0;  // weights + scales + activations
+    double gbs = 0.0;
+};
+
+// Every measurement runs after warm-up and reports the median of repeats (CUDA events).
+bool measureCeilings(Ceilings& ceilings, std::string& error);
+// FP4 matvec per distinct shape (gate/up fused where `geglu`), rotating weight copies past L2.
+bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, KernelTiming& timing, std::string& error);
+// FP8 lm_head (vocab × hidden) with the softcap.
+bool timeLmHead(std::int64_t vocab, std::int64_t hidden, KernelTiming& timing, std::string& error);
+
+}  // namespace gemma::bench

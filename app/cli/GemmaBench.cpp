@@ -1,0 +1,346 @@
+// gemma-bench: decode and prefill speed against the bandwidth ceiling measured in the same run
+// (PERF.md). Presets build random-weight packages of a real geometry; --model runs any package.
+// Output: a markdown table in llama-bench's spirit on stdout, and JSON (docs/bench/SCHEMA.md).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+#include "BenchCeilings.h"
+#include "CommandLine.h"
+#include "gemma/Config.h"
+#include "gemma/Engine.h"
+#include "gemma/Quantize.h"
+
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::vector<int> parseList(const std::string& text, std::string& error) {
+    std::vector<int> values;
+    std::stringstream stream(text);
+    std::string item;
+    while (std::getline(stream, item, ',')) {
+        char* end = nullptr;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < 0 || v > (1 << 20)) {
+            error = "bad list entry '" + item + "'";
+            return {};
+        }
+        values.push_back(static_cast<int>(v));
+    }
+    return values;
+}
+
+// Bytes a decode step at position p reads (PERF.md): decoder weights + lm_head (ModelInfo),
+// one embedding row, and the live KV band of every non-shared layer.
+double bytesPerToken(const gemma::ModelInfo& info, const gemma::ModelConfig& config, int position, int kvElementBytes) {
+    double bytes = static_cast<double>(info.weightBytes) + config.hiddenSize + 4.0;
+    for (const auto& g : config.layers) {
+        if (g.kvShared) continue;
+        const int live = g.type == gemma::LayerType::Sliding ? std::min(position + 1, config.slidingWindow) : position + 1;
+        bytes += 2.0 * live * g.kvHeads * g.headDim * kvElementBytes;
+    }
+    return bytes;
+}
+
+// Multiply-adds per token of every linear and the lm_head (for prefill TFLOP/s).
+double linearMacsPerToken(const gemma::ModelConfig& c) {
+    double macs = 0.0;
+    const double H = c.hiddenSize, P = c.hiddenSizePerLayerInput;
+    for (const auto& g : c.layers) {
+        const double q = static_cast<double>(c.numHeads) * g.headDim, kv = static_cast<double>(g.kvHeads) * g.headDim;
+        macs += 2.0 * q * H;  // q and o
+        if (!g.kvShared) macs += kv * H * (g.hasValueProjection ? 2.0 : 1.0);
+        macs += 3.0 * g.intermediateSize * H;
+        if (P > 0) macs += 2.0 * P * H;
+    }
+    if (P > 0) macs += c.numLayers * P * H;
+    return macs;
+}
+
+struct Row {
+    std::string test;
+    int allocation = 0, depth = 0;
+    double tokensPerSecond = 0.0, msPerToken = 0.0, gbs = 0.0, percent = 0.0;
+};
+
+Json stepBuckets(const std::vector<gemma::StepStats>& steps) {
+    Json buckets = Json::object();
+    if (steps.empty()) return buckets;
+    for (int b = 0; b < gemma::kBucketCount; ++b) {
+        double ms = 0.0, launches = 0.0;
+        for (const auto& s : steps) {
+            ms += s.bucketMs[b];
+            launches += s.launches[b];
+        }
+        buckets[gemma::bucketName(static_cast<gemma::Bucket>(b))] = {{"ms_per_token", ms / steps.size()},
+                                                                       {"launches_per_step", launches / steps.size()}};
+    }
+    return buckets;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    gemma::cli::CommandLine cli(
+        "gemma-bench", "[--preset 12b|e2b|e4b|31b | --model PKG] [options]",
+        {{"preset", true, "benchmark geometry with random weights (default 12b)", "NAME"},
+         {"model", true, "benchmark a package instead of a preset", "PKG"},
+         {"allocations", true, "KV allocations of the sweep (default 4096,16384,32768)", "N,N,..."},
+         {"prompt-tokens", true, "prefill before the timed decode of the sweep (default 100)", "N"},
+         {"decode-tokens", true, "decode steps timed per point (default 128)", "N"},
+         {"depths", true, "depth sweep: context filled by a real prefill (default 0,8192,32768)", "N,N,..."},
+         {"prefill", true, "prefill lengths (default 512,2048)", "N,N,..."},
+         {"skip", true, "comma-separated parts to skip: sweep,depth,prefill,kernels", "PARTS"},
+         {"json", true, "write the full results as JSON", "FILE"},
+         {"markdown", true, "also write the markdown tables to a file", "FILE"},
+         {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
+    if (!cli.parse(argc, argv)) {
+        std::cerr << "gemma-bench: " << cli.error() << "\n";
+        return 1;
+    }
+    if (cli.has("help")) {
+        std::cout << cli.helpText();
+        return 0;
+    }
+    if (cli.has("version")) {
+        std::cout << "gemma-bench " << gemma::engineVersion() << "\n";
+        return 0;
+    }
+    std::string error;
+    const auto allocations = parseList(cli.value("allocations").value_or("4096,16384,32768"), error);
+    const auto depths = parseList(cli.value("depths").value_or("0,8192,32768"), error);
+    const auto prefills = parseList(cli.value("prefill").value_or("512,2048"), error);
+    std::int64_t promptTokens = 100, decodeTokens = 128;
+    if (!error.empty() || !cli.getInt("prompt-tokens", 1, 1 << 20, promptTokens) || !cli.getInt("decode-tokens", 1, 1 << 16, decodeTokens)) {
+        std::cerr << "gemma-bench: " << (error.empty() ? cli.error() : error) << "\n";
+        return 1;
+    }
+    const std::string skip = cli.value("skip").value_or("");
+    auto skipped = [&](const char* part) { return skip.find(part) != std::string::npos; };
+
+    // ---- ceilings first: the same process and run as everything measured against them ----------
+    gemma::bench::Ceilings ceilings;
+    std::fprintf(stderr, "measuring ceilings...\n");
+    if (!gemma::bench::measureCeilings(ceilings, error)) {
+        std::cerr << "gemma-bench: " << error << "\n";
+        return 1;
+    }
+    std::fprintf(stderr, "%s: read %.0f GB/s, copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceilings.gpu.c_str(), ceilings.readGBs,
+                 ceilings.copyGBs, ceilings.bf16GemmTflops);
+
+    // ---- the model ------------------------------------------------------------------------------
+    std::string presetName = cli.value("preset").value_or("12b");
+    fs::path package;
+    fs::path temporary;
+    if (auto model = cli.value("model")) {
+        package = *model;
+        presetName = fs::path(*model).filename().string();
+    } else {
+        auto config = gemma::ModelConfig::preset(presetName);
+        if (!config) {
+            std::cerr << "gemma-bench: " << config.status().message() << "\n";
+            return 1;
+        }
+        fs::path dir = cli.value("work-dir").value_or(fs::exists("/dev/shm") ? "/dev/shm" : fs::temp_directory_path().string());
+        temporary = dir / ("gemma-bench-" + presetName + "-" + std::to_string(::getpid()) + ".gemma");
+        std::fprintf(stderr, "writing random %s package to %s...\n", presetName.c_str(), temporary.c_str());
+        auto report = gemma::writeRandomPackage(*config, temporary, 1234);
+        if (!report) {
+            std::cerr << "gemma-bench: " << report.status().message() << "\n";
+            return 1;
+        }
+        package = temporary;
+    }
+    struct Cleanup {
+        fs::path path;
+        ~Cleanup() {
+            std::error_code ignored;
+            if (!path.empty()) fs::remove(path, ignored);
+        }
+    } cleanup{temporary};
+
+    auto engine = gemma::Engine::open(package, gemma::OpenOptions{gemma::Device::Cuda, 4096});
+    if (!engine) {
+        std::cerr << "gemma-bench: " << engine.status().message() << "\n";
+        return 1;
+    }
+    const auto info = (*engine)->info();
+    // The package's own config, for bytes/token and the kernel table.
+    gemma::ModelConfig config;
+    {
+        auto preset = gemma::ModelConfig::preset(presetName);
+        if (preset) config = *preset;
+    }
+    if (config.layers.empty()) {
+        std::cerr << "gemma-bench: --model packages report speed only; byte counts need a preset geometry name as the file name\n";
+    }
+
+    Json results;
+    results["schema"] = "gemma-bench/1";
+    results["gpu"] = ceilings.gpu;
+    results["ceilings"] = {{"read_GBs", ceilings.readGBs}, {"copy_GBs", ceilings.copyGBs}, {"bf16_gemm_TFLOPs", ceilings.bf16GemmTflops},
+                           {"probe_bytes", ceilings.probeBytes}};
+    results["model"] = {{"name", presetName}, {"weight_bytes_per_token", info.weightBytes}, {"backend", info.backend}};
+    std::vector<Row> rows;
+    auto decodePoint = [&](int allocation, int prompt, const char* test, int depth) -> bool {
+        gemma::DecodeBenchmarkRequest request;
+        request.contextAllocation = allocation;
+        request.promptTokens = prompt;
+        request.decodeTokens = static_cast<int>(decodeTokens);
+        request.instrumented = false;
+        auto plain = (*engine)->benchmarkDecode(request, {});
+        if (!plain) {
+            std::cerr << "gemma-bench: " << plain.status().message() << "\n";
+            return false;
+        }
+        request.instrumented = true;
+        auto timed = (*engine)->benchmarkDecode(request, {});
+        if (!timed) {
+            std::cerr << "gemma-bench: " << timed.status().message() << "\n";
+            return false;
+        }
+        double bytes = 0.0;
+        for (int i = 0; i < request.decodeTokens; ++i) bytes += bytesPerToken(info, config, prompt + i, 2);
+        bytes /= request.decodeTokens;
+        Row row{test, allocation, depth, plain->tokensPerSecond, plain->msPerToken, bytes * plain->tokensPerSecond / 1e9, 0.0};
+        row.percent = 100.0 * row.gbs / ceilings.readGBs;
+        rows.push_back(row);
+        results["decode"].push_back({{"test", test},
+                                     {"allocation", allocation},
+                                     {"depth", depth},
+                                     {"prompt_tokens", prompt},
+                                     {"decode_tokens", request.decodeTokens},
+                                     {"tokens_per_second", plain->tokensPerSecond},
+                                     {"ms_per_token", plain->msPerToken},
+                                     {"instrumented_tokens_per_second", timed->tokensPerSecond},
+                                     {"bytes_per_token", bytes},
+                                     {"GBs", row.gbs},
+                                     {"percent_of_read_ceiling", row.percent},
+                                     {"cuda_graph", timed->steps.empty() ? false : timed->steps.front().graph},
+                                     {"buckets", stepBuckets(timed->steps)}});
+        std::fprintf(stderr, "  %-8s alloc %6d depth %6d: %8.1f tok/s (%.1f instrumented), %.0f GB/s, %.1f%% of read ceiling\n", test,
+                     allocation, depth, plain->tokensPerSecond, timed->tokensPerSecond, row.gbs, row.percent);
+        return true;
+    };
+
+    if (!skipped("sweep")) {
+        std::fprintf(stderr, "allocation sweep...\n");
+        for (int allocation : allocations) {
+            if (!decodePoint(allocation, static_cast<int>(promptTokens), "tg", static_cast<int>(promptTokens))) return 1;
+        }
+    }
+    if (!skipped("depth")) {
+        std::fprintf(stderr, "depth sweep...\n");
+        for (int depth : depths) {
+            const int allocation = std::max(4096, depth + static_cast<int>(decodeTokens) + 1);
+            if (!decodePoint(allocation, std::max(depth, 1), "tg-depth", depth)) return 1;
+        }
+    }
+    if (!skipped("prefill")) {
+        std::fprintf(stderr, "prefill...\n");
+        const double macs = linearMacsPerToken(config);
+        for (int n : prefills) {
+            gemma::DecodeBenchmarkRequest request;
+            request.contextAllocation = std::max(4096, n + 2);
+            request.promptTokens = n;
+            request.decodeTokens = 1;
+            request.instrumented = false;
+            auto result = (*engine)->benchmarkDecode(request, {});
+            if (!result) {
+                std::cerr << "gemma-bench: " << result.status().message() << "\n";
+                return 1;
+            }
+            const double seconds = result->prefillMs * 1e-3;
+            const double tflops = 2.0 * macs * n / seconds / 1e12;
+            Row row{"pp" + std::to_string(n), request.contextAllocation, 0, n / seconds, result->prefillMs / n, 0.0, 0.0};
+            rows.push_back(row);
+            results["prefill"].push_back({{"tokens", n},
+                                          {"ms", result->prefillMs},
+                                          {"tokens_per_second", n / seconds},
+                                          {"time_to_first_token_ms", result->prefillMs + result->msPerToken},
+                                          {"linear_TFLOPs", tflops},
+                                          {"percent_of_bf16_gemm", 100.0 * tflops / ceilings.bf16GemmTflops}});
+            std::fprintf(stderr, "  pp%-5d %9.1f tok/s, %.2f linear TFLOP/s (%.1f%% of the BF16 GEMM)\n", n, n / seconds, tflops,
+                         100.0 * tflops / ceilings.bf16GemmTflops);
+        }
+    }
+    std::vector<gemma::bench::KernelTiming> kernels;
+    if (!skipped("kernels") && !config.layers.empty()) {
+        std::fprintf(stderr, "kernel table...\n");
+        std::set<std::tuple<std::string, std::int64_t, std::int64_t, bool>> shapes;
+        const std::int64_t H = config.hiddenSize;
+        for (const auto& g : config.layers) {
+            const std::int64_t q = static_cast<std::int64_t>(config.numHeads) * g.headDim, kv = static_cast<std::int64_t>(g.kvHeads) * g.headDim;
+            shapes.insert({"q_proj", q, H, false});
+            if (!g.kvShared) shapes.insert({"k/v_proj", kv, H, false});
+            shapes.insert({"o_proj", H, q, false});
+            shapes.insert({"gate+up (GeGLU)", g.intermediateSize, H, true});
+            shapes.insert({"down_proj", H, g.intermediateSize, false});
+        }
+        for (const auto& [name, out, in, geglu] : shapes) {
+            gemma::bench::KernelTiming timing;
+            if (!gemma::bench::timeFp4Matvec(out, in, geglu, timing, error)) {
+                std::cerr << "gemma-bench: " << error << "\n";
+                return 1;
+            }
+            timing.name = name;
+            kernels.push_back(timing);
+        }
+        gemma::bench::KernelTiming head;
+        if (!gemma::bench::timeLmHead(config.vocabSize, H, head, error)) {
+            std::cerr << "gemma-bench: " << error << "\n";
+            return 1;
+        }
+        kernels.push_back(head);
+        for (const auto& k : kernels) {
+            results["kernels"].push_back({{"name", k.name}, {"out", k.out}, {"in", k.in}, {"us", k.microseconds}, {"bytes", k.bytes},
+                                          {"GBs", k.gbs}, {"percent_of_read_ceiling", 100.0 * k.gbs / ceilings.readGBs}});
+        }
+    }
+
+    // ---- report -----------------------------------------------------------------------------------
+    std::ostringstream md;
+    md << "GPU: " << ceilings.gpu << " | read ceiling " << static_cast<int>(ceilings.readGBs) << " GB/s | copy "
+       << static_cast<int>(ceilings.copyGBs) << " GB/s (read+write) | BF16 GEMM " << static_cast<int>(ceilings.bf16GemmTflops)
+       << " TFLOP/s | backend " << info.backend << "\n\n";
+    md << "| preset | alloc | depth | test | tok/s | ms/token | GB/s | % of ceiling |\n|---|---|---|---|---|---|---|---|\n";
+    char line[256];
+    for (const auto& r : rows) {
+        std::snprintf(line, sizeof line, "| %s | %d | %d | %s | %.1f | %.3f | %.0f | %.1f |\n", presetName.c_str(), r.allocation, r.depth,
+                      r.test.c_str(), r.tokensPerSecond, r.msPerToken, r.gbs, r.percent);
+        md << line;
+    }
+    if (results.contains("decode") && !results["decode"].empty()) {
+        const auto& first = results["decode"][0];
+        md << "\nBuckets (alloc " << first["allocation"].get<int>() << ", instrumented "
+           << static_cast<int>(first["instrumented_tokens_per_second"].get<double>()) << " tok/s vs plain "
+           << static_cast<int>(first["tokens_per_second"].get<double>()) << "; CUDA graph: " << (first["cuda_graph"].get<bool>() ? "yes" : "no")
+           << ")\n\n| bucket | ms/token | launches/step |\n|---|---|---|\n";
+        for (const auto& [name, value] : first["buckets"].items()) {
+            std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),
+                          value["launches_per_step"].get<double>());
+            md << line;
+        }
+    }
+    if (!kernels.empty()) {
+        md << "\n| kernel | out × in | µs | GB/s | % of read ceiling |\n|---|---|---|---|---|\n";
+        for (const auto& k : kernels) {
+            std::snprintf(line, sizeof line, "| %s | %lld × %lld | %.1f | %.0f | %.1f |\n", k.name.c_str(), static_cast<long long>(k.out),
+                          static_cast<long long>(k.in), k.microseconds, k.gbs, 100.0 * k.gbs / ceilings.readGBs);
+            md << line;
+        }
+    }
+    std::cout << md.str();
+    if (auto path = cli.value("markdown")) std::ofstream(*path) << md.str();
+    if (auto path = cli.value("json")) std::ofstream(*path) << results.dump(2) << "\n";
+    return 0;
+}

@@ -1,0 +1,624 @@
+// The CUDA backend (CudaBackend.h). Activations are fp32 [rows][width]; one decode step is
+// rows = 1, a prefill chunk rows <= kChunk. The step, per layer (GEMMA4.md §2.4):
+//   q/k/v FP4 matvecs → q/k norm + RoPE, v norm, cache write → split-K attention + merge →
+//   o_proj → [post-attn norm + residual add + pre-FFN norm] → gate/up GeGLU matvec → down →
+//   [post-FFN norm + add (+ PLE block) + layer_scalar + next layer's input norm]
+// and at the end the FP8 lm_head with the softcap fused.
+#include "CudaBackend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "AttentionDecode.h"
+#include "Embedding.h"
+#include "Fp4Matvec.h"
+#include "Fp8LmHead.h"
+#include "PerLayerInputs.h"
+#include "QkvNormRope.h"
+#include "RmsNorm.h"
+#include "reference/ReferenceOps.h"
+
+namespace gemma {
+
+bool cudaDeviceAvailable() {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+namespace {
+
+namespace kc = gemma::cuda;
+
+constexpr int kChunk = 32;  // prefill rows per pass; sliding rings hold window + kChunk − 1 slots
+
+Status cudaError(cudaError_t error, const char* what) {
+    if (error == cudaSuccess) return Status::ok();
+    const ErrorCode code = error == cudaErrorMemoryAllocation ? ErrorCode::OutOfMemory : ErrorCode::Device;
+    return {code, std::string(what) + ": " + cudaGetErrorString(error)};
+}
+
+Status kernelError(kc::KernelStatus status, const char* kernel) {
+    if (status == kc::KernelStatus::Ok) return Status::ok();
+    const cudaError_t last = cudaGetLastError();
+    return {status == kc::KernelStatus::LaunchFailed ? ErrorCode::Device : ErrorCode::Internal,
+            std::string(kernel) + " failed: " + kc::kernelStatusName(status) +
+                (last != cudaSuccess ? std::string(" (") + cudaGetErrorString(last) + ")" : std::string{})};
+}
+
+// Owns one cudaMalloc'd block.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    DeviceBuffer(DeviceBuffer&& other) noexcept : pointer_(other.pointer_), bytes_(other.bytes_) {
+        other.pointer_ = nullptr;
+        other.bytes_ = 0;
+    }
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+        if (this != &other) {
+            release();
+            pointer_ = std::exchange(other.pointer_, nullptr);
+            bytes_ = std::exchange(other.bytes_, 0);
+        }
+        return *this;
+    }
+    ~DeviceBuffer() { release(); }
+    Status allocate(std::size_t bytes, const char* what) {
+        release();
+        if (bytes == 0) bytes = 16;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMalloc(&pointer_, bytes), what));
+        bytes_ = bytes;
+        return Status::ok();
+    }
+    void release() {
+        if (pointer_) cudaFree(pointer_);
+        pointer_ = nullptr;
+        bytes_ = 0;
+    }
+    template <typename T>
+    T* as() const { return static_cast<T*>(pointer_); }
+    std::size_t bytes() const { return bytes_; }
+
+private:
+    void* pointer_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+struct DeviceLinear {
+    const std::uint8_t* codes = nullptr;
+    const std::uint16_t* scales = nullptr;
+    std::int64_t out = 0, in = 0;
+};
+
+struct DeviceLayer {
+    DeviceLinear q, k, v, o, gate, up, down, perLayerGate, perLayerProjection;
+    const float *inputNorm, *postAttentionNorm, *preFeedforwardNorm, *postFeedforwardNorm, *qNorm, *kNorm, *postPerLayerNorm;
+    float layerScalar = 1.0f;
+    const float* inverseFrequency = nullptr;
+};
+
+struct DeviceCache {
+    DeviceBuffer keys, values;
+    std::int64_t capacity = 0;
+};
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(const Package& package, const ModelWeights& weights) : package_(package), config_(package.config()), weights_(weights) {}
+
+    ~CudaBackend() override {
+        for (auto& e : events_) cudaEventDestroy(e);
+        if (stream_) cudaStreamDestroy(stream_);
+    }
+
+    Status initialize(int allocation) {
+        if (package_.metadata().linearFormat != "fp4-e2m1-g128" || package_.metadata().embeddingFormat != "fp8-e4m3-row") {
+            return {ErrorCode::Unsupported, "the CUDA backend runs FP4 packages; this package is unquantized (use --device cpu)"};
+        }
+        int device = 0;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaGetDevice(&device), "cudaGetDevice"));
+        cudaDeviceProp properties{};
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties"));
+        deviceName_ = properties.name;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+
+        // Memory check before any large allocation: a clear message instead of a failed malloc.
+        std::size_t freeBytes = 0, totalBytes = 0;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo"));
+        const auto data = package_.dataSection();
+        const std::size_t need = data.size() + kvBytes(allocation) + workspaceEstimate();
+        if (need + (256u << 20) > freeBytes) {
+            return {ErrorCode::OutOfMemory, "the model needs " + std::to_string(need >> 20) + " MiB of GPU memory (weights " +
+                                                std::to_string(data.size() >> 20) + " MiB, KV cache " +
+                                                std::to_string(kvBytes(allocation) >> 20) + " MiB) but " + deviceName_ +
+                                                " has " + std::to_string(freeBytes >> 20) +
+                                                " MiB free; lower the context allocation or use the CPU"};
+        }
+        GEMMA_RETURN_IF_ERROR(weightsOnDevice_.allocate(data.size(), "allocating GPU memory for the weights"));
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpy(weightsOnDevice_.as<void>(), data.data(), data.size(), cudaMemcpyHostToDevice),
+                                        "uploading the weights"));
+        bindLayers();
+        GEMMA_RETURN_IF_ERROR(allocateWorkspaces());
+        events_.resize(2048);
+        for (auto& e : events_) GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreate(&e), "cudaEventCreate"));
+        return resetContext(allocation);
+    }
+
+    std::string name() const override { return deviceName_ + " (CUDA)"; }
+    int contextAllocation() const override { return allocation_; }
+    int kvBytesPerElement() const override { return 2; }
+
+    Status resetContext(int allocation) override {
+        if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};
+        if (allocation != allocation_) {
+            caches_.clear();
+            caches_.resize(static_cast<std::size_t>(config_.numLayers));
+            for (int l = 0; l < config_.numLayers; ++l) {
+                const auto& g = config_.layers[l];
+                if (g.kvShared) continue;
+                auto& cache = caches_[l];
+                cache.capacity = capacityOf(g, allocation);
+                const std::size_t bytes = static_cast<std::size_t>(cache.capacity) * g.kvHeads * g.headDim * 2;
+                Status status = cache.keys.allocate(bytes, "allocating the KV cache");
+                if (status) status = cache.values.allocate(bytes, "allocating the KV cache");
+                if (!status) {
+                    caches_.clear();
+                    allocation_ = 0;
+                    return status;
+                }
+            }
+            GEMMA_RETURN_IF_ERROR(allocateAttentionWorkspace());
+            allocation_ = allocation;
+        }
+        position_ = 0;
+        return Status::ok();
+    }
+
+    Status forward(std::span<const std::int32_t> tokens, int startPosition, bool allPositions, std::vector<float>& logits,
+                   StepStats* stats) override {
+        if (allocation_ == 0) return {ErrorCode::Internal, "forward() before resetContext()"};
+        if (startPosition != position_) return {ErrorCode::Internal, "positions must continue the context"};
+        if (tokens.empty()) return {ErrorCode::InvalidArgument, "no tokens to run"};
+        if (static_cast<std::int64_t>(startPosition) + static_cast<std::int64_t>(tokens.size()) > allocation_) {
+            return {ErrorCode::InvalidArgument, "the context allocation of " + std::to_string(allocation_) + " positions is full"};
+        }
+        for (auto id : tokens) {
+            if (id < 0 || id >= config_.vocabSize) {
+                return {ErrorCode::InvalidArgument, "token id " + std::to_string(id) + " is outside the vocabulary"};
+            }
+        }
+        const auto vocab = static_cast<std::size_t>(config_.vocabSize);
+        logits.assign((allPositions ? tokens.size() : 1) * vocab, 0.0f);
+        for (std::size_t begin = 0; begin < tokens.size(); begin += kChunk) {
+            const int rows = static_cast<int>(std::min<std::size_t>(kChunk, tokens.size() - begin));
+            const bool last = begin + static_cast<std::size_t>(rows) == tokens.size();
+            eventCursor_ = 0;
+            GEMMA_RETURN_IF_ERROR(runChunk(tokens.subspan(begin, static_cast<std::size_t>(rows)), startPosition + static_cast<int>(begin),
+                                           allPositions || last, allPositions, stats));
+            if (allPositions || last) {
+                const int logitRows = allPositions ? rows : 1;
+                const float* source = logits_.as<float>() + (allPositions ? 0 : (rows - 1)) * vocab;
+                float* target = logits.data() + (allPositions ? begin * vocab : 0);
+                GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(target, source, logitRows * vocab * 4, cudaMemcpyDeviceToHost, stream_),
+                                                "copying logits"));
+            }
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
+            if (stats) collectTimings(*stats);
+            position_ += rows;
+        }
+        return Status::ok();
+    }
+
+private:
+    // ---- setup ------------------------------------------------------------------------------------
+    std::int64_t capacityOf(const LayerGeometry& g, int allocation) const {
+        return g.type == LayerType::Sliding ? std::min<std::int64_t>(allocation, config_.slidingWindow + kChunk - 1) : allocation;
+    }
+
+    std::size_t kvBytes(int allocation) const {
+        std::size_t bytes = 0;
+        for (const auto& g : config_.layers) {
+            if (!g.kvShared) bytes += 2u * static_cast<std::size_t>(capacityOf(g, allocation)) * g.kvHeads * g.headDim * 2;
+        }
+        return bytes;
+    }
+
+    std::size_t workspaceEstimate() const {
+        return static_cast<std::size_t>(kChunk) * (static_cast<std::size_t>(config_.vocabSize) + 64u * config_.hiddenSize) * 4 + (64u << 20);
+    }
+
+    template <typename T>
+    const T* device(const T* host) const {
+        if (!host) return nullptr;
+        const auto offset = reinterpret_cast<const std::uint8_t*>(host) - package_.dataSection().data();
+        return reinterpret_cast<const T*>(weightsOnDevice_.as<std::uint8_t>() + offset);
+    }
+
+    DeviceLinear device(const LinearWeight& w) const { return {device(w.codes), device(w.scales), w.out, w.in}; }
+
+    void bindLayers() {
+        const auto& c = config_;
+        std::vector<float> frequencies;
+        std::vector<std::size_t> offsets;
+        for (const auto& g : c.layers) {
+            offsets.push_back(frequencies.size());
+            std::vector<float> inverse(static_cast<std::size_t>(g.headDim / 2));
+            reference::ropeInverseFrequencies(g.headDim, g.ropeRotatedPairs, g.ropeTheta, inverse.data());
+            for (auto& f : inverse) f = static_cast<float>(f / g.ropeFactor);
+            frequencies.insert(frequencies.end(), inverse.begin(), inverse.end());
+        }
+        (void)frequencyTable_.allocate(frequencies.size() * 4, "RoPE table");
+        cudaMemcpy(frequencyTable_.as<float>(), frequencies.data(), frequencies.size() * 4, cudaMemcpyHostToDevice);
+        layers_.resize(static_cast<std::size_t>(c.numLayers));
+        for (int l = 0; l < c.numLayers; ++l) {
+            const auto& w = weights_.layers[l];
+            auto& d = layers_[l];
+            d.q = device(w.q);
+            d.k = device(w.k);
+            d.v = device(w.v);
+            d.o = device(w.o);
+            d.gate = device(w.gate);
+            d.up = device(w.up);
+            d.down = device(w.down);
+            d.perLayerGate = device(w.perLayerGate);
+            d.perLayerProjection = device(w.perLayerProjection);
+            d.inputNorm = device(w.inputNorm);
+            d.postAttentionNorm = device(w.postAttentionNorm);
+            d.preFeedforwardNorm = device(w.preFeedforwardNorm);
+            d.postFeedforwardNorm = device(w.postFeedforwardNorm);
+            d.qNorm = device(w.qNorm);
+            d.kNorm = device(w.kNorm);
+            d.postPerLayerNorm = device(w.postPerLayerNorm);
+            d.layerScalar = w.layerScalar;
+            d.inverseFrequency = frequencyTable_.as<float>() + offsets[l];
+        }
+        perLayerModelProjection_ = device(weights_.perLayerModelProjection);
+        perLayerProjectionNorm_ = device(weights_.perLayerProjectionNorm);
+        finalNorm_ = device(weights_.finalNorm);
+    }
+
+    Status allocateWorkspaces() {
+        const auto& c = config_;
+        std::int64_t qWidth = 0, kvWidth = 0, ffn = 0;
+        for (const auto& g : c.layers) {
+            qWidth = std::max<std::int64_t>(qWidth, static_cast<std::int64_t>(c.numHeads) * g.headDim);
+            kvWidth = std::max<std::int64_t>(kvWidth, static_cast<std::int64_t>(g.kvHeads) * g.headDim);
+            ffn = std::max<std::int64_t>(ffn, g.intermediateSize);
+        }
+        qWidth_ = qWidth;
+        kvWidth_ = kvWidth;
+        ffnWidth_ = ffn;
+        const std::size_t R = kChunk;
+        const std::size_t H = static_cast<std::size_t>(c.hiddenSize);
+        const std::size_t ple = static_cast<std::size_t>(c.numLayers) * static_cast<std::size_t>(c.hiddenSizePerLayerInput);
+        GEMMA_RETURN_IF_ERROR(residual_.allocate(R * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(normed_.allocate(R * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(branch_.allocate(R * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(query_.allocate(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(key_.allocate(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(value_.allocate(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(attended_.allocate(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(ffn_.allocate(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(logits_.allocate(R * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
+        GEMMA_RETURN_IF_ERROR(tokens_.allocate(R * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(positions_.allocate(R * 4, "workspace"));
+        if (ple > 0) {
+            GEMMA_RETURN_IF_ERROR(perLayerInputs_.allocate(R * ple * 4, "workspace"));
+            GEMMA_RETURN_IF_ERROR(perLayerIdentity_.allocate(R * ple * 4, "workspace"));
+            GEMMA_RETURN_IF_ERROR(perLayerGate_.allocate(R * static_cast<std::size_t>(c.hiddenSizePerLayerInput) * 4, "workspace"));
+        }
+        return Status::ok();
+    }
+
+    kc::AttentionDecodeParams attentionParams(int layer, int rows) const {
+        const auto& g = config_.layers[layer];
+        const auto& cache = caches_[g.kvSourceLayer];
+        kc::AttentionDecodeParams p;
+        p.q = query_.as<float>();
+        p.qStride = qWidth_;
+        p.kCache = cache.keys.as<void>();
+        p.vCache = cache.values.as<void>();
+        p.kvDtype = kc::KvDtype::BF16;
+        p.capacity = cache.capacity;
+        p.qHeads = config_.numHeads;
+        p.kvHeads = g.kvHeads;
+        p.headDim = g.headDim;
+        p.positions = positions_.as<int>();
+        p.window = g.type == LayerType::Sliding ? config_.slidingWindow : 0;
+        p.maxBand = g.type == LayerType::Sliding ? std::min<std::int64_t>(config_.slidingWindow, cache.capacity) : cache.capacity;
+        p.scale = 1.0f;
+        p.out = attended_.as<float>();
+        p.outStride = qWidth_;
+        p.rows = rows;
+        p.workspace = attentionWorkspace_.as<void>();
+        p.workspaceBytes = attentionWorkspace_.bytes();
+        return p;
+    }
+
+    Status allocateAttentionWorkspace() {
+        std::size_t bytes = 16;
+        for (int l = 0; l < config_.numLayers; ++l) bytes = std::max(bytes, kc::attentionDecodeWorkspaceBytes(attentionParams(l, kChunk)));
+        if (bytes > attentionWorkspace_.bytes()) GEMMA_RETURN_IF_ERROR(attentionWorkspace_.allocate(bytes, "attention workspace"));
+        return Status::ok();
+    }
+
+    // ---- timing -----------------------------------------------------------------------------------
+    // Records an event pair around each launch group when stats are wanted; summed per bucket
+    // after the chunk's final synchronisation.
+    struct Span {
+        Bucket bucket;
+        int startEvent, endEvent;
+    };
+    class Timed {
+    public:
+        Timed(CudaBackend& backend, StepStats* stats, Bucket bucket) : backend_(backend), stats_(stats), bucket_(bucket) {
+            if (stats_ && backend_.eventCursor_ + 2 <= static_cast<int>(backend_.events_.size())) {
+                start_ = backend_.eventCursor_++;
+                cudaEventRecord(backend_.events_[start_], backend_.stream_);
+            }
+            if (stats_) stats_->launches[static_cast<int>(bucket_)] += 1;
+        }
+        ~Timed() {
+            if (start_ < 0) return;
+            const int end = backend_.eventCursor_++;
+            cudaEventRecord(backend_.events_[end], backend_.stream_);
+            backend_.spans_.push_back({bucket_, start_, end});
+        }
+
+    private:
+        CudaBackend& backend_;
+        StepStats* stats_;
+        Bucket bucket_;
+        int start_ = -1;
+    };
+
+    void collectTimings(StepStats& stats) {
+        for (const auto& span : spans_) {
+            float ms = 0.0f;
+            if (cudaEventElapsedTime(&ms, events_[span.startEvent], events_[span.endEvent]) == cudaSuccess) {
+                stats.bucketMs[static_cast<int>(span.bucket)] += ms;
+            }
+        }
+        spans_.clear();
+        stats.instrumented = true;
+    }
+
+    // ---- the forward pass ----------------------------------------------------------------------
+    Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats) {
+        Timed timed(*this, stats, Bucket::Fp4Matvec);
+        kc::Fp4MatvecParams p;
+        p.codes = w.codes;
+        p.scales = w.scales;
+        p.out = w.out;
+        p.in = w.in;
+        p.x = x;
+        p.xStride = xStride;
+        p.y = y;
+        p.yStride = yStride;
+        p.rows = rows;
+        return kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
+    }
+
+    Status norm(const float* branch, const float* branchWeight, float layerScalar, const float* outWeight, float* out,
+                std::int64_t n, int rows, StepStats* stats, float* residual = nullptr) {
+        Timed timed(*this, stats, Bucket::NormElementwise);
+        kc::RmsNormParams p;
+        p.branch = branch;
+        p.branchWeight = branchWeight;
+        p.residual = residual ? residual : residual_.as<float>();
+        p.layerScalar = layerScalar;
+        p.outWeight = outWeight;
+        p.out = out;
+        p.n = n;
+        p.stride = n;
+        p.rows = rows;
+        p.eps = config_.rmsNormEps;
+        return kernelError(kc::launchRmsNormResidual(p, stream_), "rms norm");
+    }
+
+    Status runChunk(std::span<const std::int32_t> tokens, int start, bool wantLogits, bool allPositions, StepStats* stats) {
+        const auto& c = config_;
+        const int rows = static_cast<int>(tokens.size());
+        const std::int64_t H = c.hiddenSize;
+        std::vector<int> hostPositions(static_cast<std::size_t>(rows));
+        for (int r = 0; r < rows; ++r) hostPositions[static_cast<std::size_t>(r)] = start + r;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(tokens_.as<int>(), tokens.data(), rows * 4u, cudaMemcpyHostToDevice, stream_), "tokens"));
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(positions_.as<int>(), hostPositions.data(), rows * 4u, cudaMemcpyHostToDevice, stream_),
+                                        "positions"));
+
+        // 1. Scaled embedding gather.
+        {
+            Timed timed(*this, stats, Bucket::NormElementwise);
+            kc::EmbeddingParams p;
+            p.codes = device(weights_.embedding.codes);
+            p.rowScales = device(weights_.embedding.rowScales);
+            p.vocab = weights_.embedding.rows;
+            p.hidden = weights_.embedding.cols;
+            p.tokenIds = tokens_.as<int>();
+            p.embedScale = package_.metadata().embedScale;
+            p.out = residual_.as<float>();
+            p.outStride = H;
+            p.rows = rows;
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchEmbeddingGather(p, stream_), "embedding gather"));
+        }
+        // 2. Per-layer inputs.
+        if (c.hasPerLayerInputs()) GEMMA_RETURN_IF_ERROR(perLayerInputs(rows, stats));
+        // 3. The first layer's input norm; later ones are fused into the previous layer's end.
+        GEMMA_RETURN_IF_ERROR(norm(nullptr, nullptr, 1.0f, layers_[0].inputNorm, normed_.as<float>(), H, rows, stats));
+        for (int l = 0; l < c.numLayers; ++l) GEMMA_RETURN_IF_ERROR(runLayer(l, rows, stats));
+        // 4. lm_head with the softcap (the final norm was fused into the last layer).
+        if (!wantLogits) return Status::ok();
+        Timed timed(*this, stats, Bucket::LmHead);
+        kc::Fp8LmHeadParams p;
+        p.codes = device(weights_.embedding.codes);
+        p.rowScales = device(weights_.embedding.rowScales);
+        p.vocab = weights_.embedding.rows;
+        p.hidden = weights_.embedding.cols;
+        const int first = allPositions ? 0 : rows - 1;
+        p.x = normed_.as<float>() + first * H;
+        p.xStride = H;
+        p.logits = logits_.as<float>() + static_cast<std::int64_t>(first) * c.vocabSize;
+        p.logitStride = c.vocabSize;
+        p.rows = rows - first;
+        p.softcap = c.finalLogitSoftcap;
+        return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
+    }
+
+    Status perLayerInputs(int rows, StepStats* stats) {
+        const auto& c = config_;
+        const std::int64_t H = c.hiddenSize, P = c.hiddenSizePerLayerInput, LP = c.numLayers * P;
+        float* projected = perLayerInputs_.as<float>();
+        GEMMA_RETURN_IF_ERROR(matvec(perLayerModelProjection_, residual_.as<float>(), H, projected, LP, rows, stats));
+        // rmsNorm(projection · H^-0.5) over each layer's P channels: the scale rides on the fused
+        // kernel's residual scalar, which is applied before the norm as transformers does.
+        const auto projectionScale = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+        GEMMA_RETURN_IF_ERROR(norm(nullptr, nullptr, projectionScale, perLayerProjectionNorm_, perLayerIdentity_.as<float>(), P,
+                                   rows * c.numLayers, stats, projected));
+        Timed timed(*this, stats, Bucket::NormElementwise);
+        kc::EmbeddingParams gather;
+        gather.codes = device(weights_.perLayerEmbedding.codes);
+        gather.rowScales = device(weights_.perLayerEmbedding.rowScales);
+        gather.vocab = weights_.perLayerEmbedding.rows;
+        gather.hidden = weights_.perLayerEmbedding.cols;
+        gather.tokenIds = tokens_.as<int>();
+        gather.embedScale = package_.metadata().perLayerEmbedScale;
+        gather.out = projected;  // the raw projection is no longer needed: reuse it for the table rows
+        gather.outStride = LP;
+        gather.rows = rows;
+        GEMMA_RETURN_IF_ERROR(kernelError(kc::launchEmbeddingGather(gather, stream_), "PLE gather"));
+        kc::PleCombineParams combine;
+        combine.projected = perLayerIdentity_.as<float>();
+        combine.identity = projected;
+        combine.out = projected;
+        combine.n = LP;
+        combine.rows = rows;
+        combine.scale = static_cast<float>(std::pow(2.0, -0.5));
+        return kernelError(kc::launchPleCombine(combine, stream_), "PLE combine");
+    }
+
+    Status runLayer(int l, int rows, StepStats* stats) {
+        const auto& c = config_;
+        const auto& g = c.layers[l];
+        const auto& w = layers_[l];
+        const std::int64_t H = c.hiddenSize;
+        float* normed = normed_.as<float>();
+
+        // Attention block.
+        GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats));
+        if (!g.kvShared) {
+            GEMMA_RETURN_IF_ERROR(matvec(w.k, normed, H, key_.as<float>(), kvWidth_, rows, stats));
+            if (g.hasValueProjection) GEMMA_RETURN_IF_ERROR(matvec(w.v, normed, H, value_.as<float>(), kvWidth_, rows, stats));
+        }
+        {
+            Timed timed(*this, stats, Bucket::Attention);
+            kc::QkvNormRopeParams p;
+            p.q = query_.as<float>();
+            p.qOut = query_.as<float>();
+            p.qStride = qWidth_;
+            if (!g.kvShared) {
+                p.k = key_.as<float>();
+                p.v = g.hasValueProjection ? value_.as<float>() : key_.as<float>();
+                p.kNormWeight = w.kNorm;
+                p.kCache = caches_[l].keys.as<void>();
+                p.vCache = caches_[l].values.as<void>();
+                p.capacity = caches_[l].capacity;
+            }
+            p.kvStride = kvWidth_;
+            p.qNormWeight = w.qNorm;
+            p.invFreq = w.inverseFrequency;
+            p.rotatedPairs = g.ropeRotatedPairs;
+            p.positions = positions_.as<int>();
+            p.kvDtype = kc::KvDtype::BF16;
+            p.qHeads = c.numHeads;
+            p.kvHeads = g.kvHeads;
+            p.headDim = g.headDim;
+            p.rows = rows;
+            p.eps = c.rmsNormEps;
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(p, stream_), "q/k/v norm + RoPE"));
+        }
+        {
+            Timed timed(*this, stats, Bucket::Attention);
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention"));
+        }
+        GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
+        GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
+
+        // Feed-forward block: GeGLU fused into the gate/up matvec.
+        {
+            Timed timed(*this, stats, Bucket::Fp4Matvec);
+            kc::Fp4MatvecParams p;
+            p.codes = w.gate.codes;
+            p.scales = w.gate.scales;
+            p.upCodes = w.up.codes;
+            p.upScales = w.up.scales;
+            p.out = w.gate.out;
+            p.in = w.gate.in;
+            p.x = normed;
+            p.xStride = H;
+            p.y = ffn_.as<float>();
+            p.yStride = ffnWidth_;
+            p.rows = rows;
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec"));
+        }
+        GEMMA_RETURN_IF_ERROR(matvec(w.down, ffn_.as<float>(), ffnWidth_, branch_.as<float>(), H, rows, stats));
+
+        const bool lastLayer = l + 1 == c.numLayers;
+        const float* nextNorm = lastLayer ? finalNorm_ : layers_[l + 1].inputNorm;
+        if (!c.hasPerLayerInputs()) {
+            return norm(branch_.as<float>(), w.postFeedforwardNorm, w.layerScalar, nextNorm, normed, H, rows, stats);
+        }
+        // PLE block, then layer_scalar and the next norm.
+        const std::int64_t P = c.hiddenSizePerLayerInput;
+        GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postFeedforwardNorm, 1.0f, nullptr, nullptr, H, rows, stats));
+        GEMMA_RETURN_IF_ERROR(matvec(w.perLayerGate, residual_.as<float>(), H, perLayerGate_.as<float>(), P, rows, stats));
+        {
+            Timed timed(*this, stats, Bucket::NormElementwise);
+            kc::PleGateParams p;
+            p.gate = perLayerGate_.as<float>();
+            p.gateStride = P;
+            p.perLayerInput = perLayerInputs_.as<float>() + static_cast<std::int64_t>(l) * P;
+            p.inputStride = c.numLayers * P;
+            p.n = P;
+            p.rows = rows;
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchPleGate(p, stream_), "PLE gate"));
+        }
+        GEMMA_RETURN_IF_ERROR(matvec(w.perLayerProjection, perLayerGate_.as<float>(), P, branch_.as<float>(), H, rows, stats));
+        return norm(branch_.as<float>(), w.postPerLayerNorm, w.layerScalar, nextNorm, normed, H, rows, stats);
+    }
+
+    const Package& package_;
+    const ModelConfig& config_;
+    const ModelWeights& weights_;
+    std::string deviceName_;
+    cudaStream_t stream_ = nullptr;
+    DeviceBuffer weightsOnDevice_, frequencyTable_;
+    std::vector<DeviceLayer> layers_;
+    DeviceLinear perLayerModelProjection_;
+    const float* perLayerProjectionNorm_ = nullptr;
+    const float* finalNorm_ = nullptr;
+    std::vector<DeviceCache> caches_;
+    DeviceBuffer residual_, normed_, branch_, query_, key_, value_, attended_, ffn_, logits_, tokens_, positions_;
+    DeviceBuffer perLayerInputs_, perLayerIdentity_, perLayerGate_, attentionWorkspace_;
+    std::int64_t qWidth_ = 0, kvWidth_ = 0, ffnWidth_ = 0;
+    std::vector<cudaEvent_t> events_;
+    std::vector<Span> spans_;
+    int eventCursor_ = 0;
+    int allocation_ = 0;
+    int position_ = 0;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation) {
+    auto backend = std::make_unique<CudaBackend>(package, weights);
+    GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
+    return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace gemma
