@@ -1,0 +1,128 @@
+// Argmax per row: the smallest index holding the largest logit (ties go to the lower index, as
+// torch.argmax and std::max_element). NaN entries are ignored (treated as −inf); a row of only
+// NaN/−inf yields index 0.
+//
+// Why on the device: greedy decoding then copies 4 bytes per step instead of the 1 MB logit row,
+// and the step stays one CUDA graph. Temperature/top-k/top-p sampling runs on the host over the
+// copied logits (engine Sampler, a pure function): the copy is ~1 MB per token, small next to
+// the step, and keeps one sampler implementation for both backends.
+//
+// One launch: grid (blocksPerRow, rows); each block reduces a contiguous slice to (value, index),
+// writes it to the workspace, and the last block of a row to finish (threadfence + atomic
+// counter) reduces the partials, writes the result and resets the counter to zero.
+//
+// Layouts: logits [rows][stride] fp32; workspace = rows int counters, then rows × blocksPerRow
+// (float, int) partials. Preconditions (checked): n >= 1, stride >= n, workspace large enough.
+#include "Argmax.h"
+
+#include <cfloat>
+
+#include "CudaCommon.h"
+
+namespace gemma::cuda {
+namespace argmaxdetail {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kPerBlock = 8192;
+constexpr int kMaxBlocksPerRow = 256;
+
+// ---- device helpers ------------------------------------------------------------------------------
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+__device__ __forceinline__ void blockArgmax(float& v, int& i, float* sv, int* si) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, off);
+        if (better(ov, oi, v, i)) { v = ov; i = oi; }
+    }
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) { sv[warp] = v; si[warp] = i; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
+            if (better(sv[w], si[w], v, i)) { v = sv[w]; i = si[w]; }
+    }
+}
+
+// ---- kernel ------------------------------------------------------------------------------------------
+__global__ void __launch_bounds__(kThreads) argmaxKernel(const float* __restrict__ logits,
+                                                         std::int64_t n, std::int64_t stride,
+                                                         int* counters, float* partV, int* partI,
+                                                         int* outIndex, float* outValue) {
+    __shared__ float sv[kThreads / 32];
+    __shared__ int si[kThreads / 32];
+    __shared__ bool isLast;
+    const int row = blockIdx.y;
+    const int blocks = gridDim.x;
+    const std::int64_t per = (n + blocks - 1) / blocks;
+    const std::int64_t begin = blockIdx.x * per;
+    const std::int64_t end = begin + per < n ? begin + per : n;
+    const float* src = logits + row * stride;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (std::int64_t k = begin + threadIdx.x; k < end; k += kThreads) {
+        float v = src[k];
+        if (v != v) v = -INFINITY;
+        if (better(v, static_cast<int>(k), bv, bi)) { bv = v; bi = static_cast<int>(k); }
+    }
+    blockArgmax(bv, bi, sv, si);
+    if (threadIdx.x == 0) {
+        partV[row * blocks + blockIdx.x] = bv;
+        partI[row * blocks + blockIdx.x] = bi;
+        __threadfence();
+        isLast = atomicAdd(counters + row, 1) == blocks - 1;
+    }
+    __syncthreads();
+    if (!isLast) return;
+    __threadfence();
+    bv = -INFINITY;
+    bi = 0x7fffffff;
+    for (int b = threadIdx.x; b < blocks; b += kThreads) {
+        const float v = __ldcg(partV + row * blocks + b);
+        const int i = __ldcg(partI + row * blocks + b);
+        if (better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    blockArgmax(bv, bi, sv, si);
+    if (threadIdx.x == 0) {
+        if (bi == 0x7fffffff) bi = 0;
+        outIndex[row] = bi;
+        if (outValue) outValue[row] = bv;
+        counters[row] = 0;
+    }
+}
+
+inline int blocksPerRow(std::int64_t n) {
+    std::int64_t b = (n + kPerBlock - 1) / kPerBlock;
+    if (b < 1) b = 1;
+    if (b > kMaxBlocksPerRow) b = kMaxBlocksPerRow;
+    return static_cast<int>(b);
+}
+
+}  // namespace argmaxdetail
+
+// ---- host launcher ---------------------------------------------------------------------------------
+std::size_t argmaxWorkspaceBytes(const ArgmaxParams& p) {
+    if (p.rows < 1 || p.n < 1) return 0;
+    const std::size_t blocks = argmaxdetail::blocksPerRow(p.n);
+    return sizeof(int) * p.rows + (sizeof(float) + sizeof(int)) * blocks * p.rows;
+}
+
+KernelStatus launchArgmax(const ArgmaxParams& p, cudaStream_t stream) {
+    if (!p.logits || !p.outIndex || !p.workspace) return KernelStatus::InvalidArgument;
+    if (p.n < 1 || p.n > 0x7ffffffe || p.stride < p.n || p.rows < 1) return KernelStatus::InvalidArgument;
+    if (p.workspaceBytes < argmaxWorkspaceBytes(p)) return KernelStatus::InvalidArgument;
+    if ((reinterpret_cast<std::uintptr_t>(p.workspace) & 3u) != 0) return KernelStatus::InvalidArgument;
+    const int blocks = argmaxdetail::blocksPerRow(p.n);
+    int* counters = static_cast<int*>(p.workspace);
+    float* partV = reinterpret_cast<float*>(counters + p.rows);
+    int* partI = reinterpret_cast<int*>(partV + static_cast<std::size_t>(blocks) * p.rows);
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.rows));
+    argmaxdetail::argmaxKernel<<<grid, argmaxdetail::kThreads, 0, stream>>>(
+        p.logits, p.n, p.stride, counters, partV, partI, p.outIndex, p.outValue);
+    return launchStatus();
+}
+
+}  // namespace gemma::cuda

@@ -1,0 +1,410 @@
+// Decode attention (Flash-Decoding) over a KV cache, one code path for sliding rings, full
+// layers, MQA and GQA:
+//   for each row r, query head h (kv head j = h / g, g = qHeads / kvHeads), keys at positions
+//   P = [start, p], start = max(0, p + 1 − window (if window > 0), p + 1 − capacity):
+//   out[r][h] = Σ_{t∈P} softmax_t(scale · q[r][h]·K[t][j]) · V[t][j]      (fp32 softmax)
+// K/V of position t live in slot t % capacity; slots outside the live band are never read.
+//
+// Split kernel: grid (splits, kvHeads, rows). Each block takes one contiguous piece of the band
+// (equal pieces, rounded to whole tiles), loads K/V tiles of T keys into shared memory with
+// cp.async, double-buffered (tile i+1 in flight while tile i is used), and serves all g query
+// heads of its kv head from the same tiles. It keeps the running max m and sum l per head and an
+// unnormalised O = Σ exp(s − m)·V, written as partials (O, m, l). Keys past the band end inside the
+// last tile are zero-filled by cp.async (the cache is not read) and get probability 0.
+// Merge kernel: grid (qHeads, rows): M = max m_s, out = Σ e^{m_s−M} O_s / Σ e^{m_s−M} l_s.
+// Splits that received no keys contribute m = −inf, l = 0.
+//
+// Tile: 8 KB of K per stage (T = 8192 / (headDim · element bytes) keys), K and V, 2 stages, rows
+// padded by 16 bytes against bank conflicts; q of the group staged in shared memory (fp32).
+// Scores: thread items (4 heads × 1 key) × S dim-slices reduced by shuffles; PV: each thread owns
+// 8 consecutive dims of up to 8 heads.
+//
+// Layouts: q/out [rows][stride] fp32, head h at h·headDim; caches [capacity][kvHeads][headDim]
+// (fp32 or bf16 bits), row r's cache at r·cacheBatchStride elements.
+// Preconditions (checked): headDim ∈ {128, 256, 512}; qHeads % kvHeads == 0; group size
+// g <= 8192 / headDim (16 at 512, 32 at 256, 64 at 128); the shared memory fits the device;
+// q, caches and workspace 16-byte aligned, (cacheBatchStride · element bytes) % 16 == 0.
+// Not checkable on the host: positions[r] >= 0 (a negative position yields NaN output).
+#include "AttentionDecode.h"
+
+#include <cmath>
+
+#include "CudaCommon.h"
+
+namespace gemma::cuda {
+namespace attndetail {
+
+constexpr int kThreads = 128;
+constexpr int kTileKBytes = 8192;
+constexpr int kMaxHeadsPerThread = 8;
+constexpr int kMaxSplits = 256;
+
+template <int D, typename KvT>
+struct Shape {
+    static constexpr int kElemBytes = static_cast<int>(sizeof(KvT));
+    static constexpr int kRowBytes = D * kElemBytes;
+    static constexpr int kPitch = kRowBytes + 16;
+    static constexpr int kTile = kTileKBytes / kRowBytes;  // keys per tile
+    static constexpr int kChunks16 = kRowBytes / 16;       // 16-byte pieces per key row
+    static constexpr int kChunks8 = D / 8;                 // 8-element pieces per key row
+    static constexpr int kHeadSets = kThreads / kChunks8;  // PV: threads per dim piece
+    static constexpr int kMaxGroup = kHeadSets * kMaxHeadsPerThread;
+    static constexpr int kStageBytes = 2 * kTile * kPitch;  // K and V
+    static_assert(kTile >= 1 && kHeadSets >= 1, "tile shape");
+};
+
+__host__ __device__ inline std::size_t attentionSmemBytes(int d, int elemBytes, int group) {
+    const int rowBytes = d * elemBytes;
+    const int tile = kTileKBytes / rowBytes;
+    const std::size_t tiles = 2u * 2u * static_cast<std::size_t>(tile) * (rowBytes + 16);
+    return tiles + sizeof(float) * (static_cast<std::size_t>(group) * d +
+                                    static_cast<std::size_t>(group) * tile + 3u * group);
+}
+
+// ---- device helpers ------------------------------------------------------------------------------
+template <typename KvT>
+__device__ __forceinline__ void load8(const unsigned char* row, int piece, float (&v)[8]) {
+    if constexpr (sizeof(KvT) == 4) {
+        const float4 a = *reinterpret_cast<const float4*>(row + piece * 32);
+        const float4 b = *reinterpret_cast<const float4*>(row + piece * 32 + 16);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+        const uint4 u = *reinterpret_cast<const uint4*>(row + piece * 16);
+        v[0] = bf16LoToFloat(u.x); v[1] = bf16HiToFloat(u.x);
+        v[2] = bf16LoToFloat(u.y); v[3] = bf16HiToFloat(u.y);
+        v[4] = bf16LoToFloat(u.z); v[5] = bf16HiToFloat(u.z);
+        v[6] = bf16LoToFloat(u.w); v[7] = bf16HiToFloat(u.w);
+    }
+}
+
+// ---- kernels -----------------------------------------------------------------------------------------
+template <int D, typename KvT>
+__global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecodeParams p,
+                                                                  float* __restrict__ partO,
+                                                                  float* __restrict__ partML) {
+    using Sh = Shape<D, KvT>;
+    constexpr int T = Sh::kTile;
+    extern __shared__ float4 smemRaw[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>(smemRaw);
+    const int g = p.qHeads / p.kvHeads;
+    float* qs = reinterpret_cast<float*>(smem + 2 * Sh::kStageBytes);
+    float* sc = qs + g * D;
+    float* mRow = sc + g * T;
+    float* lRow = mRow + g;
+    float* alphaRow = lRow + g;
+
+    const int tid = threadIdx.x;
+    const int split = blockIdx.x;
+    const int splits = gridDim.x;
+    const int kvh = blockIdx.y;
+    const int row = blockIdx.z;
+
+    // Live band and this block's piece of it.
+    const std::int64_t len = static_cast<std::int64_t>(p.positions[row]) + 1;
+    std::int64_t start = 0;
+    if (p.window > 0 && len - p.window > start) start = len - p.window;
+    if (len - p.capacity > start) start = len - p.capacity;
+    const std::int64_t n = len - start;
+    std::int64_t pieceLen = n > 0 ? (n + splits - 1) / splits : 0;
+    pieceLen = (pieceLen + T - 1) / T * T;
+    const std::int64_t bs = start + split * pieceLen;
+    const std::int64_t be = (bs + pieceLen < len) ? bs + pieceLen : len;
+    const int nTiles = be > bs ? static_cast<int>((be - bs + T - 1) / T) : 0;
+
+    const unsigned char* kBase = static_cast<const unsigned char*>(p.kCache) +
+                                 (row * p.cacheBatchStride + static_cast<std::int64_t>(kvh) * D) * Sh::kElemBytes;
+    const unsigned char* vBase = static_cast<const unsigned char*>(p.vCache) +
+                                 (row * p.cacheBatchStride + static_cast<std::int64_t>(kvh) * D) * Sh::kElemBytes;
+    const std::int64_t slotBytes = static_cast<std::int64_t>(p.kvHeads) * Sh::kRowBytes;
+
+    auto issueTile = [&](int tile, int stage) {
+        unsigned char* kDst = smem + stage * Sh::kStageBytes;
+        unsigned char* vDst = kDst + T * Sh::kPitch;
+        const std::int64_t first = bs + static_cast<std::int64_t>(tile) * T;
+        for (int idx = tid; idx < T * Sh::kChunks16; idx += kThreads) {
+            const int r = idx / Sh::kChunks16;
+            const int c = idx % Sh::kChunks16;
+            const std::int64_t pos = first + r;
+            const bool valid = pos < be;
+            const std::int64_t off = (valid ? (pos % p.capacity) * slotBytes : 0) + c * 16;
+            cpAsync16(kDst + r * Sh::kPitch + c * 16, kBase + off, valid);
+            cpAsync16(vDst + r * Sh::kPitch + c * 16, vBase + off, valid);
+        }
+        cpAsyncCommit();
+    };
+
+    if (nTiles > 0) issueTile(0, 0);
+
+    // Stage q of this kv head's group; init running stats.
+    const float* qGroup = p.q + row * p.qStride + static_cast<std::int64_t>(kvh) * g * D;
+    for (int i = tid; i < g * D / 4; i += kThreads)
+        reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(qGroup)[i];
+    for (int h = tid; h < g; h += kThreads) {
+        mRow[h] = -INFINITY;
+        lRow[h] = 0.0f;
+    }
+
+    // Score mapping: items (4 heads, 1 key) × S slices.
+    const int headBlocks = (g + 3) / 4;
+    const int items = headBlocks * T;
+    int slices = 1;
+    while (slices < 32 && slices * 2 <= Sh::kChunks8 && items * slices * 2 <= kThreads) slices *= 2;
+    const int slice = tid % slices;
+    const int item = tid / slices;
+    const bool itemValid = item < items;
+    const int hb = itemValid ? item / T : 0;
+    const int kt = itemValid ? item % T : 0;
+
+    // PV mapping: 8 dims × up to kMaxHeadsPerThread heads.
+    const int piece = tid % Sh::kChunks8;
+    const int headSet = tid / Sh::kChunks8;
+    float o[kMaxHeadsPerThread][8];
+#pragma unroll
+    for (int i = 0; i < kMaxHeadsPerThread; ++i)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) o[i][k] = 0.0f;
+
+    for (int tile = 0; tile < nTiles; ++tile) {
+        const int stage = tile & 1;
+        if (tile + 1 < nTiles) {
+            issueTile(tile + 1, stage ^ 1);
+            cpAsyncWait<1>();
+        } else {
+            cpAsyncWait<0>();
+        }
+        __syncthreads();
+        const unsigned char* kTile = smem + stage * Sh::kStageBytes;
+        const unsigned char* vTile = kTile + T * Sh::kPitch;
+        const std::int64_t first = bs + static_cast<std::int64_t>(tile) * T;
+
+        // Scores.
+        {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const unsigned char* kRow = kTile + kt * Sh::kPitch;
+            for (int pc = slice; pc < Sh::kChunks8; pc += slices) {
+                float kv[8];
+                load8<KvT>(kRow, pc, kv);
+#pragma unroll
+                for (int hh = 0; hh < 4; ++hh) {
+                    const int h = hb * 4 + hh;
+                    if (h < g) {
+                        const float4 qa = *reinterpret_cast<const float4*>(qs + h * D + pc * 8);
+                        const float4 qb = *reinterpret_cast<const float4*>(qs + h * D + pc * 8 + 4);
+                        float a = acc[hh];
+                        a = fmaf(qa.x, kv[0], a); a = fmaf(qa.y, kv[1], a);
+                        a = fmaf(qa.z, kv[2], a); a = fmaf(qa.w, kv[3], a);
+                        a = fmaf(qb.x, kv[4], a); a = fmaf(qb.y, kv[5], a);
+                        a = fmaf(qb.z, kv[6], a); a = fmaf(qb.w, kv[7], a);
+                        acc[hh] = a;
+                    }
+                }
+            }
+#pragma unroll
+            for (int hh = 0; hh < 4; ++hh)
+                for (int off = slices >> 1; off > 0; off >>= 1)
+                    acc[hh] += __shfl_xor_sync(0xffffffffu, acc[hh], off);
+            if (itemValid && slice == 0) {
+                const bool keyValid = first + kt < be;
+#pragma unroll
+                for (int hh = 0; hh < 4; ++hh) {
+                    const int h = hb * 4 + hh;
+                    if (h < g) sc[h * T + kt] = keyValid ? acc[hh] * p.scale : -INFINITY;
+                }
+            }
+        }
+        __syncthreads();
+
+        // Online softmax per head.
+        for (int h = tid; h < g; h += kThreads) {
+            const float mOld = mRow[h];
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int t = 0; t < T; ++t) tmax = fmaxf(tmax, sc[h * T + t]);
+            const float mNew = fmaxf(mOld, tmax);
+            const float alpha = expf(mOld - mNew);
+            float sum = 0.0f;
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                const float e = expf(sc[h * T + t] - mNew);
+                sc[h * T + t] = e;
+                sum += e;
+            }
+            lRow[h] = lRow[h] * alpha + sum;
+            mRow[h] = mNew;
+            alphaRow[h] = alpha;
+        }
+        __syncthreads();
+
+        // O = alpha·O + Σ_t p_t V_t.
+#pragma unroll
+        for (int i = 0; i < kMaxHeadsPerThread; ++i) {
+            const int h = headSet + Sh::kHeadSets * i;
+            if (h < g) {
+                const float a = alphaRow[h];
+#pragma unroll
+                for (int k = 0; k < 8; ++k) o[i][k] *= a;
+            }
+        }
+#pragma unroll 2
+        for (int t = 0; t < T; ++t) {
+            float v[8];
+            load8<KvT>(vTile + t * Sh::kPitch, piece, v);
+#pragma unroll
+            for (int i = 0; i < kMaxHeadsPerThread; ++i) {
+                const int h = headSet + Sh::kHeadSets * i;
+                if (h < g) {
+                    const float pr = sc[h * T + t];
+#pragma unroll
+                    for (int k = 0; k < 8; ++k) o[i][k] = fmaf(pr, v[k], o[i][k]);
+                }
+            }
+        }
+        __syncthreads();  // the stage is refilled by the next iteration's issue
+    }
+    __syncthreads();  // mRow/lRow init visible when the block had no tiles
+
+    // Partials: [row][qHead][split] × (O[D] | m, l).
+#pragma unroll
+    for (int i = 0; i < kMaxHeadsPerThread; ++i) {
+        const int h = headSet + Sh::kHeadSets * i;
+        if (h < g) {
+            const std::int64_t idx =
+                (static_cast<std::int64_t>(row) * p.qHeads + kvh * g + h) * splits + split;
+            float4* dst = reinterpret_cast<float4*>(partO + idx * D + piece * 8);
+            dst[0] = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
+            dst[1] = make_float4(o[i][4], o[i][5], o[i][6], o[i][7]);
+            if (piece == 0) {
+                partML[idx * 2] = mRow[h];
+                partML[idx * 2 + 1] = lRow[h];
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) attentionMergeKernel(
+    const float* __restrict__ partO, const float* __restrict__ partML, int splits, int qHeads,
+    int headDim, float* __restrict__ out, std::int64_t outStride) {
+    __shared__ float weights[kMaxSplits];
+    __shared__ float scratch[32];
+    const int h = blockIdx.x;
+    const int row = blockIdx.y;
+    const std::int64_t base = (static_cast<std::int64_t>(row) * qHeads + h) * splits;
+    float mMax = -INFINITY;
+    for (int s = 0; s < splits; ++s) mMax = fmaxf(mMax, partML[(base + s) * 2]);
+    float lPart = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        const float w = expf(partML[(base + s) * 2] - mMax);  // empty split: exp(-inf) = 0
+        weights[s] = w;
+        lPart += w * partML[(base + s) * 2 + 1];
+    }
+    const float l = blockSum(lPart, scratch);  // its barriers also publish `weights`
+    const float invL = 1.0f / l;
+    for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < splits; ++s) acc = fmaf(weights[s], partO[(base + s) * headDim + d], acc);
+        out[row * outStride + static_cast<std::int64_t>(h) * headDim + d] = acc * invL;
+    }
+}
+
+// ---- host launcher ---------------------------------------------------------------------------------
+inline int tileKeys(int headDim, KvDtype dtype) {
+    return kTileKBytes / (headDim * static_cast<int>(kvElementBytes(dtype)));
+}
+
+inline int chooseSplits(const AttentionDecodeParams& p, int smCount) {
+    if (p.splits > 0) return p.splits < kMaxSplits ? p.splits : kMaxSplits;
+    const int tile = tileKeys(p.headDim, p.kvDtype);
+    const std::int64_t band = p.maxBand > 0 ? p.maxBand : p.capacity;
+    std::int64_t byLength = (band + 2 * tile - 1) / (2 * tile);  // >= 2 tiles per split
+    const std::int64_t blocksPerSplit = static_cast<std::int64_t>(p.kvHeads) * p.rows;
+    std::int64_t bySm = (2 * static_cast<std::int64_t>(smCount) + blocksPerSplit - 1) / blocksPerSplit;
+    std::int64_t s = byLength < bySm ? byLength : bySm;
+    if (s < 1) s = 1;
+    if (s > kMaxSplits) s = kMaxSplits;
+    return static_cast<int>(s);
+}
+
+template <int D, typename KvT>
+cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, cudaStream_t stream) {
+    const int g = p.qHeads / p.kvHeads;
+    const std::size_t smem = attentionSmemBytes(D, sizeof(KvT), g);
+    // Raise the dynamic shared-memory limit once per (kernel, device, size) and host thread.
+    thread_local int raisedDevice = -1;
+    thread_local std::size_t raisedBytes = 0;
+    if (smem > 48 * 1024 && (raisedDevice != device || raisedBytes < smem)) {
+        const cudaError_t attr = cudaFuncSetAttribute(attentionSplitKernel<D, KvT>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      static_cast<int>(smem));
+        if (attr != cudaSuccess) return attr;
+        raisedDevice = device;
+        raisedBytes = smem;
+    }
+    float* partO = static_cast<float*>(p.workspace);
+    float* partML = partO + static_cast<std::size_t>(p.rows) * p.qHeads * splits * D;
+    const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.kvHeads),
+                    static_cast<unsigned>(p.rows));
+    attentionSplitKernel<D, KvT><<<grid, kThreads, smem, stream>>>(p, partO, partML);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    const dim3 mergeGrid(static_cast<unsigned>(p.qHeads), static_cast<unsigned>(p.rows));
+    attentionMergeKernel<<<mergeGrid, kThreads, 0, stream>>>(partO, partML, splits, p.qHeads, D,
+                                                            p.out, p.outStride);
+    return cudaGetLastError();
+}
+
+}  // namespace attndetail
+
+int attentionDecodeSplits(const AttentionDecodeParams& p) {
+    DeviceFacts facts;
+    if (queryDeviceFacts(facts) != KernelStatus::Ok) return 0;
+    return attndetail::chooseSplits(p, facts.smCount);
+}
+
+std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& p) {
+    const int splits = attentionDecodeSplits(p);
+    if (splits <= 0 || p.rows < 1 || p.qHeads < 1 || p.headDim < 1) return 0;
+    return sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits *
+           (static_cast<std::size_t>(p.headDim) + 2);
+}
+
+KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t stream) {
+    using namespace attndetail;
+    if (!p.q || !p.kCache || !p.vCache || !p.positions || !p.out || !p.workspace)
+        return KernelStatus::InvalidArgument;
+    if (p.qHeads < 1 || p.kvHeads < 1 || p.qHeads % p.kvHeads != 0 || p.rows < 1 || p.capacity < 1)
+        return KernelStatus::InvalidArgument;
+    if (p.headDim != 128 && p.headDim != 256 && p.headDim != 512) return KernelStatus::Unsupported;
+    const int g = p.qHeads / p.kvHeads;
+    const int maxGroup = (kThreads / (p.headDim / 8)) * kMaxHeadsPerThread;
+    if (g > maxGroup) return KernelStatus::Unsupported;
+    const std::size_t eb = kvElementBytes(p.kvDtype);
+    if (p.qStride < static_cast<std::int64_t>(p.qHeads) * p.headDim || p.qStride % 4 != 0 ||
+        p.outStride < static_cast<std::int64_t>(p.qHeads) * p.headDim)
+        return KernelStatus::InvalidArgument;
+    if (!aligned16(p.q) || !aligned16(p.kCache) || !aligned16(p.vCache) || !aligned16(p.workspace) ||
+        (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0)
+        return KernelStatus::InvalidArgument;
+    DeviceFacts facts;
+    if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+    if (attentionSmemBytes(p.headDim, static_cast<int>(eb), g) >
+        static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
+        return KernelStatus::Unsupported;
+    const int splits = chooseSplits(p, facts.smCount);
+    const std::size_t need = sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits *
+                             (static_cast<std::size_t>(p.headDim) + 2);
+    if (p.workspaceBytes < need) return KernelStatus::InvalidArgument;
+    cudaError_t err;
+    const bool bf16 = p.kvDtype == KvDtype::BF16;
+    switch (p.headDim) {
+        case 128: err = bf16 ? launchTyped<128, std::uint16_t>(p, splits, facts.device, stream)
+                             : launchTyped<128, float>(p, splits, facts.device, stream); break;
+        case 256: err = bf16 ? launchTyped<256, std::uint16_t>(p, splits, facts.device, stream)
+                             : launchTyped<256, float>(p, splits, facts.device, stream); break;
+        default:  err = bf16 ? launchTyped<512, std::uint16_t>(p, splits, facts.device, stream)
+                             : launchTyped<512, float>(p, splits, facts.device, stream); break;
+    }
+    return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
+}
+
+}  // namespace gemma::cuda

@@ -1,0 +1,50 @@
+// Flash-Decoding attention for one new query row per sequence position. See AttentionDecode.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "KernelStatus.h"
+#include "KvCache.h"
+
+namespace gemma::cuda {
+
+struct AttentionDecodeParams {
+    // q: [rows][qStride] fp32 = qHeads × headDim, already normed and rotated.
+    const float* q = nullptr;
+    std::int64_t qStride = 0;
+    // Caches [capacity][kvHeads][headDim] of kvDtype; position p in slot p % capacity.
+    const void* kCache = nullptr;
+    const void* vCache = nullptr;
+    KvDtype kvDtype = KvDtype::BF16;
+    std::int64_t capacity = 0;
+    std::int64_t cacheBatchStride = 0;  // elements between row caches; 0 = all rows share one
+    int qHeads = 0;
+    int kvHeads = 0;   // qHeads % kvHeads == 0; query head h reads kv head h / (qHeads/kvHeads)
+    int headDim = 0;   // 128, 256 or 512
+    // Device [rows]: the query's absolute position p. Keys attended: positions
+    // [max(0, p + 1 − window, p + 1 − capacity), p] (window <= 0: no window).
+    const int* positions = nullptr;
+    int window = 0;
+    // The longest live band any launch of this shape will see (e.g. min(window, capacity)); sizes
+    // the split count and the workspace only: any band length is computed correctly.
+    std::int64_t maxBand = 0;
+    float scale = 1.0f;  // Gemma 4: 1.0, no softcap
+    float* out = nullptr;  // [rows][outStride] fp32 = qHeads × headDim
+    std::int64_t outStride = 0;
+    int rows = 1;
+    // Scratch for the (O, m, l) partials: attentionDecodeWorkspaceBytes() bytes, 16-byte aligned.
+    void* workspace = nullptr;
+    std::size_t workspaceBytes = 0;
+    int splits = 0;  // key-sequence splits per (row, kv head); 0 = choose from the device
+};
+
+// Splits the launcher will use for these parameters (depends on the device's SM count).
+int attentionDecodeSplits(const AttentionDecodeParams& params);
+std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& params);
+// Two launches: the split kernel (unnormalised partials), then the merge kernel.
+KernelStatus launchAttentionDecode(const AttentionDecodeParams& params, cudaStream_t stream);
+
+}  // namespace gemma::cuda

@@ -1,0 +1,40 @@
+// FP4-E2M1 group-128 matvec (y = W·x) and its fused gate/up GeGLU variant. See Fp4Matvec.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "KernelStatus.h"
+
+namespace gemma::cuda {
+
+struct Fp4MatvecParams {
+    // W[out][in] in FP4-E2M1 group 128 (kernels/include/kernels/WeightFormats.h):
+    // codes  [out][fp4RowBytes(in)] bytes, 16-byte aligned base;
+    // scales [out][fp4GroupsPerRow(in)] BF16 bits.
+    const std::uint8_t* codes = nullptr;
+    const std::uint16_t* scales = nullptr;
+    // GeGLU only: the up projection, same shape and format as (codes, scales) = the gate.
+    const std::uint8_t* upCodes = nullptr;
+    const std::uint16_t* upScales = nullptr;
+    std::int64_t out = 0;
+    std::int64_t in = 0;
+    // x: fp32 activations [rows][xStride], x[r][i] for i < in; never read at i >= in.
+    // Base 16-byte aligned, xStride a multiple of 4.
+    const float* x = nullptr;
+    std::int64_t xStride = 0;
+    // y: fp32 [rows][yStride], y[r][o] for o < out.
+    float* y = nullptr;
+    std::int64_t yStride = 0;
+    int rows = 1;  // batch of input vectors; any count >= 1 (processed 4 at a time)
+    int rowsPerWarp = 0;  // 0: chosen from the device; 1, 2 or 4 forces it (benchmarks)
+    bool forceGlobalX = false;  // tests/benchmarks: skip the shared-memory copy of x
+};
+
+// y = W·x.
+KernelStatus launchFp4Matvec(const Fp4MatvecParams& params, cudaStream_t stream);
+// y = gelu_tanh(W_gate·x) ⊙ (W_up·x); W_gate = (codes, scales), W_up = (upCodes, upScales).
+KernelStatus launchFp4GegluMatvec(const Fp4MatvecParams& params, cudaStream_t stream);
+
+}  // namespace gemma::cuda

@@ -1,0 +1,29 @@
+// FP8-E4M3 row-scaled matvec with the final logit softcap fused (the tied lm_head). See .cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "KernelStatus.h"
+
+namespace gemma::cuda {
+
+struct Fp8LmHeadParams {
+    // E[V][H] in FP8-E4M3FN (kernels/include/kernels/WeightFormats.h): codes [V][H] bytes,
+    // 16-byte aligned, H % 16 == 0; rowScales [V] fp32.
+    const std::uint8_t* codes = nullptr;
+    const float* rowScales = nullptr;
+    std::int64_t vocab = 0;   // V
+    std::int64_t hidden = 0;  // H
+    const float* x = nullptr;  // [rows][xStride] fp32, 16-byte aligned, xStride % 4 == 0
+    std::int64_t xStride = 0;
+    float* logits = nullptr;  // [rows][logitStride] fp32
+    std::int64_t logitStride = 0;
+    int rows = 1;
+    float softcap = 30.0f;  // logits = softcap·tanh(z / softcap); <= 0 disables the cap
+};
+
+KernelStatus launchFp8LmHead(const Fp8LmHeadParams& params, cudaStream_t stream);
+
+}  // namespace gemma::cuda

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One command on the GPU machine (DEVICE.md): build the engine, tools and tests for sm_90, run the
+# whole CTest suite there (GPU tests included), an end-to-end `gemma-cli --device cuda` generation
+# under compute-sanitizer (memcheck, initcheck, racecheck), and optionally gemma-bench.
+# Logs and JSON go to $OUT (at most 8 files come back); a summary table is printed last.
+#   GEMMA_BENCH=1        also run gemma-bench --preset ${GEMMA_BENCH_PRESET:-12b}
+#   GEMMA_KERNELS=1      also run scripts/gpu_kernels.sh (harnesses + sanitizers over them)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gemma-out}
+mkdir -p "$out"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+build=/tmp/gemma-build
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90-real > "$out/build.log" 2>&1 \
+  && cmake --build "$build" -j 16 >> "$out/build.log" 2>&1
+if [[ $? -ne 0 ]]; then note "build: FAILED (see build.log)"; tail -40 "$out/build.log"; exit 1; fi
+note "build: ok"
+
+(cd "$build" && ctest --output-on-failure -j 8 --timeout 900) > "$out/ctest.log" 2>&1
+note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+grep -E "^\[ (golden|gpu|flip) " "$out/ctest.log" > /dev/null 2>&1
+"$build/tests/gpu_parity_tests" > "$out/gpu_parity.log" 2>&1
+note "gpu parity: exit $? ($(grep -cE '^\[       OK \]' "$out/gpu_parity.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu_parity.log") failed lines)"
+
+# End-to-end decode on the GPU from a package made by gemma-quantize, then under the sanitizers.
+pkg=/tmp/e2e.gemma
+"$build/app/cli/gemma-quantize" tests/data/goldens/e2b_like/hf -o "$pkg" --quiet
+ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('tests/data/goldens/e2b_like/golden_fp4.json'))['prompt_ids'])))")
+"$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" --max-new-tokens 16 --greedy --ignore-eos --print-ids \
+  > "$out/e2e.log" 2>&1
+note "gemma-cli --device cuda: exit $? ($(tail -1 "$out/e2e.log"))"
+for tool in memcheck initcheck racecheck; do
+  compute-sanitizer --tool $tool --error-exitcode 9 "$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" \
+    --max-new-tokens 4 --greedy --ignore-eos --quiet > "$out/sanitizer-$tool.log" 2>&1
+  note "sanitizer $tool (e2e decode): exit $? $(grep -E 'ERROR SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
+done
+
+if [[ "${GEMMA_KERNELS:-0}" == 1 && -x scripts/gpu_kernels.sh ]]; then
+  OUT=$out/kernels bash scripts/gpu_kernels.sh > "$out/kernels.log" 2>&1
+  note "kernel harnesses + sanitizers: exit $?"
+fi
+if [[ "${GEMMA_BENCH:-0}" == 1 ]]; then
+  "$build/app/cli/gemma-bench" --preset "${GEMMA_BENCH_PRESET:-12b}" --json "$out/bench.json" --markdown "$out/bench.md" \
+    ${GEMMA_BENCH_ARGS:-} > "$out/bench.log" 2>&1
+  note "gemma-bench: exit $?"
+  cat "$out/bench.md" 2>/dev/null
+fi
+echo
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# One command for the GPU machine: configure + build the CUDA kernels and their harnesses
+# (sm_90, Release, standalone project tests/kernels), run every harness, run compute-sanitizer
+# memcheck / initcheck / racecheck over every harness (GEMMA_HARNESS_QUICK=1: small fixtures),
+# dump SASS facts, and print a summary table last. Logs go to $OUT (at most 8 files).
+#
+#   OUT=/tmp/out scripts/gpu_kernels.sh            # default OUT: /tmp/kernels-gpu-out
+#   GEMMA_SEED=123 scripts/gpu_kernels.sh           # replay a seed
+#   GPU_KERNELS_ARCH=89 scripts/gpu_kernels.sh      # another architecture
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-/tmp/kernels-gpu-out}
+BUILD=${GPU_KERNELS_BUILD:-/tmp/gemma-kernels-build}
+ARCH=${GPU_KERNELS_ARCH:-90}
+SAN_TIMEOUT=${GPU_KERNELS_SAN_TIMEOUT:-240}
+RUN_TIMEOUT=${GPU_KERNELS_RUN_TIMEOUT:-300}
+mkdir -p "$OUT"
+HARNESSES="test_fp4_matvec test_fp8_lmhead test_rmsnorm test_qkv_rope test_attention"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+start=$(date +%s)
+
+echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo no-commit)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/device.txt"
+nvcc --version | tail -2 | tee -a "$OUT/device.txt"
+
+echo "== configure + build (sm_$ARCH, Release)"
+if ! cmake -S "$ROOT/tests/kernels" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DGEMMA_CUDA_PTXAS_VERBOSE=ON > "$OUT/build.log" 2>&1 ||
+   ! cmake --build "$BUILD" -j "$(nproc)" >> "$OUT/build.log" 2>&1; then
+  tail -60 "$OUT/build.log"
+  echo "BUILD FAILED"
+  exit 1
+fi
+echo "build ok in $(( $(date +%s) - start )) s"
+# ptxas resource lines of the library's kernels (registers, spills, shared memory).
+grep -E "Compiling entry|registers|spill" "$OUT/build.log" | sed 's/ptxas info    : //' > "$OUT/ptxas.txt" || true
+
+echo "== SASS facts (library object files)"
+{
+  for obj in "$BUILD"/gemma_kernels_cuda/CMakeFiles/gemma_kernels_cuda.dir/*.o; do
+    echo "--- $(basename "$obj")"
+    cuobjdump --dump-resource-usage "$obj" 2>/dev/null | grep -E "Function|REG" | sed 's/^ *//'
+    sass=$(cuobjdump --dump-sass "$obj" 2>/dev/null)
+    echo "  LDG.128: $(grep -cE 'LDG\.E\.(EL\.)?(LTC[0-9]+B\.)?128|LDG.*\.128' <<<"$sass")  PRMT: $(grep -c PRMT <<<"$sass")  LDL/STL (local): $(grep -cE '\bLDL|\bSTL' <<<"$sass")  LDGSTS: $(grep -c LDGSTS <<<"$sass")"
+  done
+} > "$OUT/sass.txt" 2>&1
+cat "$OUT/sass.txt"
+
+echo "== harnesses (full fixtures, timing)"
+RUNLOG="$OUT/run.log"
+: > "$RUNLOG"
+declare -A RUN_RC RUN_SUM
+for h in $HARNESSES; do
+  echo "--- $h" | tee -a "$RUNLOG"
+  timeout "$RUN_TIMEOUT" "$BUILD/$h" >> "$RUNLOG" 2>&1
+  RUN_RC[$h]=$?
+  RUN_SUM[$h]=$(grep -E "^SUMMARY" "$RUNLOG" | tail -1 | sed 's/^SUMMARY //')
+  echo "rc=${RUN_RC[$h]} ${RUN_SUM[$h]}"
+done
+echo "harnesses done at $(( $(date +%s) - start )) s"
+
+echo "== compute-sanitizer (GEMMA_HARNESS_QUICK=1, in parallel)"
+SANDIR="$BUILD/san"
+mkdir -p "$SANDIR"
+jobs_list=()
+for tool in memcheck initcheck racecheck; do
+  for h in $HARNESSES; do
+    (
+      GEMMA_HARNESS_QUICK=1 timeout "$SAN_TIMEOUT" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 --print-limit 20 "$BUILD/$h" > "$SANDIR/$tool.$h.log" 2>&1
+      echo $? > "$SANDIR/$tool.$h.rc"
+    ) &
+    jobs_list+=($!)
+  done
+done
+wait "${jobs_list[@]}"
+SANLOG="$OUT/sanitizer.log"
+: > "$SANLOG"
+for tool in memcheck initcheck racecheck; do
+  for h in $HARNESSES; do
+    { echo "--- $tool $h rc=$(cat "$SANDIR/$tool.$h.rc")"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SUMMARY|Invalid|uninitialized|hazard|Error" "$SANDIR/$tool.$h.log" | head -30; } >> "$SANLOG"
+  done
+done
+echo "sanitizers done at $(( $(date +%s) - start )) s"
+
+# ---- summary table (last) ----
+{
+  echo
+  echo "== failing checks (if any)"
+  grep -E "FAIL|error" "$RUNLOG" | grep -v "^SUMMARY" | head -40
+  echo "== bandwidth / timing (information only)"
+  grep -E "GB/s" "$RUNLOG"
+  echo
+  echo "== SUMMARY ($(date -u '+%Y-%m-%d %H:%M UTC'), sm_$ARCH, $(( $(date +%s) - start )) s)"
+  printf "%-18s %-6s %-10s %-10s %-10s  %s\n" harness run memcheck initcheck racecheck "harness result"
+  for h in $HARNESSES; do
+    cells=()
+    for tool in memcheck initcheck racecheck; do
+      rc=$(cat "$SANDIR/$tool.$h.rc" 2>/dev/null || echo "?")
+      errs=$(grep -hoE "(ERROR|RACECHECK) SUMMARY: [0-9]+ (errors|hazards)" "$SANDIR/$tool.$h.log" | head -1 | grep -oE "[0-9]+" | head -1)
+      case $rc in 0) cells+=("ok(${errs:-0})");; 124) cells+=("TIMEOUT");; *) cells+=("FAIL:$rc");; esac
+    done
+    case ${RUN_RC[$h]} in 0) run=PASS;; 77) run=SKIP;; *) run="FAIL:${RUN_RC[$h]}";; esac
+    printf "%-18s %-6s %-10s %-10s %-10s  %s\n" "$h" "$run" "${cells[0]}" "${cells[1]}" "${cells[2]}" "${RUN_SUM[$h]}"
+  done
+} | tee "$SUMMARY"

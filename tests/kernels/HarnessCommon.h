@@ -1,0 +1,304 @@
+// Shared scaffolding of the GPU kernel harnesses (tests/kernels/*.cu). Each harness #includes
+// the production .cu files it checks, builds FP64 host references over the same rounded inputs,
+// poisons outputs (and memory that must not be read) with NaN, and prints a table.
+//
+// Environment:
+//   GEMMA_SEED=<n>          reuse a seed (default: fresh from std::random_device, printed)
+//   GEMMA_HARNESS_QUICK=1   small fixtures only, no timing (compute-sanitizer runs)
+// Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (CTest SKIP_RETURN_CODE).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <kernels/WeightFormats.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace harness {
+
+#define HCHECK(call)                                                                          \
+    do {                                                                                      \
+        const cudaError_t err_ = (call);                                                      \
+        if (err_ != cudaSuccess) {                                                            \
+            std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_),       \
+                         __FILE__, __LINE__, cudaGetErrorString(err_));                       \
+            std::exit(1);                                                                     \
+        }                                                                                     \
+    } while (0)
+
+#define HCHECK_STATUS(call)                                                                    \
+    do {                                                                                       \
+        const auto st_ = (call);                                                               \
+        if (st_ != gemma::cuda::KernelStatus::Ok) {                                            \
+            std::fprintf(stderr, "launcher returned %s at %s:%d\n",                             \
+                         gemma::cuda::kernelStatusName(st_), __FILE__, __LINE__);               \
+            std::exit(1);                                                                      \
+        }                                                                                      \
+        HCHECK(cudaGetLastError());                                                            \
+    } while (0)
+
+inline void requireDevice(const char* name) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        std::printf("%s: SKIP (no CUDA device)\n", name);
+        std::exit(77);
+    }
+    cudaDeviceProp prop{};
+    HCHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("%s on %s (sm_%d%d, %d SMs, L2 %d MB)\n", name, prop.name, prop.major, prop.minor,
+                prop.multiProcessorCount, prop.l2CacheSize >> 20);
+}
+
+inline bool quickMode() {
+    const char* q = std::getenv("GEMMA_HARNESS_QUICK");
+    return q && q[0] == '1';
+}
+
+inline std::uint64_t seedFromEnv() {
+    const char* s = std::getenv("GEMMA_SEED");
+    std::uint64_t seed;
+    if (s && *s) seed = std::strtoull(s, nullptr, 10);
+    else seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    std::printf("seed %llu (rerun with GEMMA_SEED=%llu)\n", static_cast<unsigned long long>(seed),
+                static_cast<unsigned long long>(seed));
+    return seed;
+}
+
+// ---- device buffers ------------------------------------------------------------------------------
+template <typename T>
+struct DeviceBuffer {
+    T* ptr = nullptr;
+    std::size_t count = 0;
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(std::size_t n) : count(n) {
+        HCHECK(cudaMalloc(&ptr, std::max<std::size_t>(n, 1) * sizeof(T)));
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr), count(o.count) { o.ptr = nullptr; o.count = 0; }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        std::swap(ptr, o.ptr);
+        std::swap(count, o.count);
+        return *this;
+    }
+    ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
+    void upload(const std::vector<T>& h) {
+        HCHECK(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    std::vector<T> download() const {
+        std::vector<T> h(count);
+        HCHECK(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+    void poison() { HCHECK(cudaMemset(ptr, 0xFF, count * sizeof(T))); }  // NaN for f32 and bf16
+    std::size_t bytes() const { return count * sizeof(T); }
+};
+
+// ---- comparison ----------------------------------------------------------------------------------
+struct Compare {
+    double relErr = 0;   // ||out - ref||2 / ||ref||2
+    double maxAbs = 0;   // max |out - ref|
+    double maxRef = 0;   // max |ref|
+    std::size_t nonFinite = 0;
+    std::size_t count = 0;
+};
+
+inline Compare compare(const float* out, const double* ref, std::size_t n) {
+    Compare c;
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(out[i])) { ++c.nonFinite; continue; }
+        const double d = static_cast<double>(out[i]) - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+        c.maxAbs = std::max(c.maxAbs, std::fabs(d));
+        c.maxRef = std::max(c.maxRef, std::fabs(ref[i]));
+    }
+    c.count = n;
+    c.relErr = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    return c;
+}
+
+struct Result {
+    std::string name;
+    Compare cmp;
+    double relTol;
+    double absTol;  // max |out - ref| <= absTol · max |ref|
+    bool pass;
+    std::string note;
+};
+
+class Report {
+public:
+    explicit Report(std::string title) : title_(std::move(title)) {}
+    bool add(const std::string& name, const Compare& c, double relTol, double absTol,
+             const std::string& note = {}) {
+        const bool pass = c.nonFinite == 0 && c.count > 0 && c.relErr <= relTol &&
+                          c.maxAbs <= absTol * std::max(c.maxRef, 1e-30);
+        results_.push_back({name, c, relTol, absTol, pass, note});
+        std::printf("  %-44s rel %.2e  maxAbs %.2e / maxRef %.2e  nonfinite %zu  %s %s\n",
+                    name.c_str(), c.relErr, c.maxAbs, c.maxRef, c.nonFinite, pass ? "ok" : "FAIL",
+                    note.c_str());
+        std::fflush(stdout);
+        return pass;
+    }
+    void addCheck(const std::string& name, bool pass, const std::string& note) {
+        Compare c;
+        c.count = 1;
+        results_.push_back({name, c, 0, 0, pass, note});
+        std::printf("  %-44s %s %s\n", name.c_str(), pass ? "ok" : "FAIL", note.c_str());
+    }
+    int finish() const {
+        int failed = 0;
+        double worstRel = 0;
+        for (const auto& r : results_) {
+            failed += r.pass ? 0 : 1;
+            worstRel = std::max(worstRel, r.cmp.relErr);
+        }
+        std::printf("SUMMARY %s: %zu checks, %d failed, worst rel err %.2e -> %s\n", title_.c_str(),
+                    results_.size(), failed, worstRel, failed ? "FAIL" : "PASS");
+        return failed ? 1 : 0;
+    }
+
+private:
+    std::string title_;
+    std::vector<Result> results_;
+};
+
+// ---- random formatted data --------------------------------------------------------------------
+struct Fp4Matrix {
+    std::int64_t out = 0, in = 0, rowBytes = 0, groups = 0;
+    std::vector<std::uint8_t> codes;
+    std::vector<std::uint16_t> scales;
+    // Row-major fp32 copy of the decoded weights (exact: a 2-bit by 8-bit significand product).
+    std::vector<float> dequantize() const {
+        std::vector<float> w(static_cast<std::size_t>(out * in));
+        float lut[16];
+        for (unsigned c = 0; c < 16; ++c) lut[c] = gemma::formats::e2m1ToFloat(c);
+        for (std::int64_t r = 0; r < out; ++r)
+            for (std::int64_t i = 0; i < in; ++i) {
+                const std::uint8_t byte = codes[r * rowBytes + i / 2];
+                const unsigned nib = (i & 1) ? (byte >> 4) : (byte & 15u);
+                w[r * in + i] = lut[nib] * gemma::formats::bf16ToFloat(scales[r * groups + i / 128]);
+            }
+        return w;
+    }
+    double weight(std::int64_t r, std::int64_t i) const {
+        const std::uint8_t byte = codes[r * rowBytes + i / 2];
+        const unsigned nib = (i & 1) ? (byte >> 4) : (byte & 15u);
+        return static_cast<double>(gemma::formats::e2m1ToFloat(nib)) *
+               static_cast<double>(gemma::formats::bf16ToFloat(scales[r * groups + i / 128]));
+    }
+};
+
+// Uniformly random E2M1 codes (every nibble value, -0 included) with bf16 group scales around
+// 1/(6·sqrt(in)) so that outputs stay O(1); padding nibbles past `in` are 0 (the format's rule).
+inline Fp4Matrix randomFp4(std::int64_t out, std::int64_t in, std::mt19937_64& rng) {
+    Fp4Matrix m;
+    m.out = out;
+    m.in = in;
+    m.groups = gemma::formats::fp4GroupsPerRow(in);
+    m.rowBytes = gemma::formats::fp4RowBytes(in);
+    m.codes.assign(static_cast<std::size_t>(out * m.rowBytes), 0);
+    m.scales.resize(static_cast<std::size_t>(out * m.groups));
+    std::uniform_int_distribution<std::uint64_t> bits;
+    std::uniform_real_distribution<float> sc(0.5f, 2.0f);
+    const float base = 1.0f / (3.0f * std::sqrt(static_cast<float>(in)));
+    const std::int64_t fullBytes = in / 2;
+    for (std::int64_t r = 0; r < out; ++r) {
+        std::uint8_t* row = &m.codes[r * m.rowBytes];
+        for (std::int64_t j = 0; j < fullBytes; j += 8) {
+            std::uint64_t v = bits(rng);
+            for (std::int64_t k = j; k < j + 8 && k < fullBytes; ++k, v >>= 8) row[k] = static_cast<std::uint8_t>(v);
+        }
+        if (in & 1) row[fullBytes] = static_cast<std::uint8_t>(bits(rng) & 15u);  // high nibble = padding 0
+        for (std::int64_t g = 0; g < m.groups; ++g)
+            m.scales[r * m.groups + g] = gemma::formats::floatToBf16(base * sc(rng));
+    }
+    return m;
+}
+
+inline std::vector<float> randomFloats(std::size_t n, std::mt19937_64& rng, float lo = -1.f,
+                                       float hi = 1.f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+inline std::uint8_t randomE4M3(std::mt19937_64& rng) {
+    std::uniform_int_distribution<unsigned> d(0, 255);
+    for (;;) {
+        const auto c = static_cast<std::uint8_t>(d(rng));
+        if ((c & 0x7F) != 0x7F) return c;  // skip the two NaN codes
+    }
+}
+
+// ---- timing --------------------------------------------------------------------------------------
+// Median over `reps` event-timed batches of `batch` back-to-back launches (the queue stays ahead of
+// the GPU, so host launch cost is hidden as in a CUDA graph); returns microseconds per launch.
+// launch(i) gets a running index for rotating buffers.
+template <typename F>
+double medianMicros(F&& launch, int warmup, int reps, int batch = 10) {
+    cudaEvent_t a, b;
+    HCHECK(cudaEventCreate(&a));
+    HCHECK(cudaEventCreate(&b));
+    int index = 0;
+    for (int i = 0; i < warmup; ++i) launch(index++);
+    std::vector<float> ms;
+    for (int i = 0; i < reps; ++i) {
+        HCHECK(cudaEventRecord(a));
+        for (int k = 0; k < batch; ++k) launch(index++);
+        HCHECK(cudaEventRecord(b));
+        HCHECK(cudaEventSynchronize(b));
+        float t = 0;
+        HCHECK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+    }
+    HCHECK(cudaEventDestroy(a));
+    HCHECK(cudaEventDestroy(b));
+    std::sort(ms.begin(), ms.end());
+    return 1000.0 * ms[ms.size() / 2] / batch;
+}
+
+// ---- cuBLASLt fp32 GEMM (column-major), the parity oracle's engine ----------------------------
+// C[m×n] = op(A)·op(B), fp32 inputs, fp32 compute (CUBLAS_COMPUTE_32F: no TF32).
+inline void ltGemmF32(cublasLtHandle_t lt, bool transA, bool transB, int m, int n, int k,
+                      const float* A, int lda, const float* B, int ldb, float* C, int ldc,
+                      cudaStream_t stream = nullptr) {
+    auto ck = [](cublasStatus_t s, int line) {
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            std::fprintf(stderr, "cuBLASLt error %d at line %d\n", static_cast<int>(s), line);
+            std::exit(1);
+        }
+    };
+    cublasLtMatmulDesc_t op;
+    ck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), __LINE__);
+    const cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    ck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), __LINE__);
+    ck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), __LINE__);
+    cublasLtMatrixLayout_t la, lb, lc;
+    ck(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, transA ? k : m, transA ? m : k, lda), __LINE__);
+    ck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transB ? n : k, transB ? k : n, ldb), __LINE__);
+    ck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc), __LINE__);
+    const float alpha = 1.0f, beta = 0.0f;
+    ck(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, nullptr, nullptr, 0,
+                      stream),
+       __LINE__);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+}
+
+}  // namespace harness

@@ -1,0 +1,272 @@
+// Harness: Flash-Decoding attention (kernels/cuda/AttentionDecode.cu).
+// - fixtures pin split boundaries, positions before the window fills, ring wrap, len 1,
+//   len = window, len = allocation, MQA (16×1, d 512) and GQA (d 256, d 128), several query rows
+//   (shared cache and one cache per row), bf16 and fp32 caches, forced and automatic splits;
+// - every cache slot outside each row's live band is NaN, so one out-of-band read fails the run;
+//   the output and the split workspace are poisoned with NaN before each launch;
+// - FP64 host reference over the same rounded cache values and fp32 q;
+// - parity oracle: a cuBLASLt pipeline QKᵀ → softmax → ·V over the same op instance.
+#include "../../kernels/cuda/AttentionDecode.cu"
+#include "HarnessCommon.h"
+
+using namespace harness;
+namespace gc = gemma::cuda;
+namespace gf = gemma::formats;
+
+namespace {
+
+struct Fixture {
+    std::string name;
+    int qHeads, kvHeads, headDim;
+    int window;  // 0 = full layer
+    std::int64_t capacity;
+    gc::KvDtype dtype;
+    std::vector<int> positions;  // per row
+    bool separateCaches;
+    int splits = 0;  // 0 = automatic
+    bool oracle = false;
+    bool timing = false;
+};
+
+std::int64_t bandStart(const Fixture& f, int pos) {
+    std::int64_t start = 0;
+    const std::int64_t len = pos + 1;
+    if (f.window > 0) start = std::max<std::int64_t>(start, len - f.window);
+    start = std::max<std::int64_t>(start, len - f.capacity);
+    return start;
+}
+
+bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
+                std::vector<std::string>& perf) {
+    const int rows = static_cast<int>(f.positions.size());
+    const int d = f.headDim, g = f.qHeads / f.kvHeads;
+    const std::int64_t cacheElems = f.capacity * f.kvHeads * d;
+    const std::int64_t nCaches = f.separateCaches ? rows : 1;
+    const std::int64_t batchStride = f.separateCaches ? cacheElems : 0;
+    const bool bf16 = f.dtype == gc::KvDtype::BF16;
+
+    // Host caches as doubles (the rounded stored values); NaN outside every live band.
+    std::vector<double> kh(static_cast<std::size_t>(cacheElems * nCaches), std::nan("")),
+        vh(kh.size(), std::nan(""));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto stored = [&](float x) -> double { return bf16 ? gf::roundToBf16(x) : x; };
+    for (int r = 0; r < rows; ++r) {
+        const std::int64_t c = f.separateCaches ? r : 0;
+        for (std::int64_t pos = bandStart(f, f.positions[r]); pos <= f.positions[r]; ++pos) {
+            const std::int64_t base = c * cacheElems + (pos % f.capacity) * f.kvHeads * d;
+            if (!std::isnan(kh[base])) continue;  // shared cache: already filled by another row
+            for (std::int64_t i = 0; i < static_cast<std::int64_t>(f.kvHeads) * d; ++i) {
+                kh[base + i] = stored(u(rng));
+                vh[base + i] = stored(u(rng));
+            }
+        }
+    }
+    const std::int64_t qStride = static_cast<std::int64_t>(f.qHeads) * d;
+    std::vector<float> q(static_cast<std::size_t>(rows * qStride));
+    for (auto& x : q) x = 0.25f * u(rng);
+
+    // Upload caches in their dtype.
+    const std::size_t eb = gc::kvElementBytes(f.dtype);
+    std::vector<std::uint8_t> kb(kh.size() * eb), vb(vh.size() * eb);
+    for (std::size_t i = 0; i < kh.size(); ++i) {
+        if (bf16) {
+            const std::uint16_t a = gf::floatToBf16(static_cast<float>(kh[i])), b = gf::floatToBf16(static_cast<float>(vh[i]));
+            std::memcpy(&kb[i * 2], &a, 2);
+            std::memcpy(&vb[i * 2], &b, 2);
+        } else {
+            const float a = static_cast<float>(kh[i]), b = static_cast<float>(vh[i]);
+            std::memcpy(&kb[i * 4], &a, 4);
+            std::memcpy(&vb[i * 4], &b, 4);
+        }
+    }
+    DeviceBuffer<std::uint8_t> dk(kb.size()), dv(vb.size());
+    dk.upload(kb);
+    dv.upload(vb);
+    DeviceBuffer<float> dq(q.size()), dout(q.size());
+    dq.upload(q);
+    DeviceBuffer<int> dpos(rows);
+    dpos.upload(f.positions);
+
+    gc::AttentionDecodeParams p;
+    p.q = dq.ptr;
+    p.qStride = qStride;
+    p.kCache = dk.ptr;
+    p.vCache = dv.ptr;
+    p.kvDtype = f.dtype;
+    p.capacity = f.capacity;
+    p.cacheBatchStride = batchStride;
+    p.qHeads = f.qHeads;
+    p.kvHeads = f.kvHeads;
+    p.headDim = d;
+    p.positions = dpos.ptr;
+    p.window = f.window;
+    p.maxBand = f.window > 0 ? std::min<std::int64_t>(f.window, f.capacity) : f.capacity;
+    p.scale = 1.0f;
+    p.out = dout.ptr;
+    p.outStride = qStride;
+    p.rows = rows;
+    p.splits = f.splits;
+    const std::size_t wsBytes = gc::attentionDecodeWorkspaceBytes(p);
+    DeviceBuffer<float> dws(wsBytes / sizeof(float));
+    dws.poison();
+    p.workspace = dws.ptr;
+    p.workspaceBytes = wsBytes;
+    dout.poison();
+    HCHECK_STATUS(gc::launchAttentionDecode(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    const std::vector<float> out = dout.download();
+
+    // FP64 reference.
+    std::vector<double> ref(out.size());
+    for (int r = 0; r < rows; ++r) {
+        const std::int64_t c = f.separateCaches ? r : 0;
+        const std::int64_t start = bandStart(f, f.positions[r]);
+        const std::int64_t len = f.positions[r] + 1;
+        for (int h = 0; h < f.qHeads; ++h) {
+            const int kvh = h / g;
+            std::vector<double> s;
+            double mx = -INFINITY;
+            for (std::int64_t pos = start; pos < len; ++pos) {
+                const std::int64_t base = c * cacheElems + ((pos % f.capacity) * f.kvHeads + kvh) * d;
+                double acc = 0;
+                for (int i = 0; i < d; ++i) acc += double(q[r * qStride + h * d + i]) * kh[base + i];
+                s.push_back(acc);
+                mx = std::max(mx, acc);
+            }
+            double l = 0;
+            for (auto& x : s) { x = std::exp(x - mx); l += x; }
+            for (int i = 0; i < d; ++i) {
+                double acc = 0;
+                for (std::int64_t pos = start; pos < len; ++pos) {
+                    const std::int64_t base = c * cacheElems + ((pos % f.capacity) * f.kvHeads + kvh) * d;
+                    acc += s[pos - start] * vh[base + i];
+                }
+                ref[r * qStride + h * d + i] = acc / l;
+            }
+        }
+    }
+    const int splitsUsed = gc::attentionDecodeSplits(p);
+    const std::string note = "splits " + std::to_string(splitsUsed);
+    bool ok = report.add("attn " + f.name, compare(out.data(), ref.data(), out.size()), 1e-4, 1e-4, note);
+
+    // Parity oracle: cuBLASLt S = Q·Kᵀ, softmax, O = P·V, per (row, kv head), over the band.
+    if (lt && f.oracle) {
+        std::vector<float> oracle(out.size());
+        for (int r = 0; r < rows; ++r) {
+            const std::int64_t c = f.separateCaches ? r : 0;
+            const std::int64_t start = bandStart(f, f.positions[r]);
+            const int n = static_cast<int>(f.positions[r] + 1 - start);
+            for (int kvh = 0; kvh < f.kvHeads; ++kvh) {
+                std::vector<float> K(static_cast<std::size_t>(n) * d), V(K.size()), Q(static_cast<std::size_t>(g) * d);
+                for (int t = 0; t < n; ++t) {
+                    const std::int64_t base = c * cacheElems + (((start + t) % f.capacity) * f.kvHeads + kvh) * d;
+                    for (int i = 0; i < d; ++i) {
+                        K[t * d + i] = static_cast<float>(kh[base + i]);
+                        V[t * d + i] = static_cast<float>(vh[base + i]);
+                    }
+                }
+                std::memcpy(Q.data(), &q[r * qStride + static_cast<std::int64_t>(kvh) * g * d], sizeof(float) * g * d);
+                DeviceBuffer<float> dK(K.size()), dV(V.size()), dQ(Q.size()), dS(static_cast<std::size_t>(g) * n),
+                    dO(static_cast<std::size_t>(g) * d);
+                dK.upload(K);
+                dV.upload(V);
+                dQ.upload(Q);
+                // Sᵀ (n × g, col-major) = K(n×d) · Qᵀ: A = K stored col-major d×n, transposed.
+                ltGemmF32(lt, true, false, n, g, d, dK.ptr, d, dQ.ptr, d, dS.ptr, n);
+                HCHECK(cudaDeviceSynchronize());
+                std::vector<float> S = dS.download();
+                std::vector<float> P(S.size());
+                for (int h = 0; h < g; ++h) {
+                    double mx = -INFINITY, l = 0;
+                    for (int t = 0; t < n; ++t) mx = std::max(mx, double(S[h * n + t]));
+                    for (int t = 0; t < n; ++t) l += std::exp(double(S[h * n + t]) - mx);
+                    for (int t = 0; t < n; ++t) P[h * n + t] = static_cast<float>(std::exp(double(S[h * n + t]) - mx) / l);
+                }
+                DeviceBuffer<float> dP(P.size());
+                dP.upload(P);
+                // Oᵀ (d × g) = Vᵀ(d×n) · Pᵀ(n×g): V stored col-major d×n, P stored col-major n×g.
+                ltGemmF32(lt, false, false, d, g, n, dV.ptr, d, dP.ptr, n, dO.ptr, d);
+                HCHECK(cudaDeviceSynchronize());
+                const std::vector<float> O = dO.download();
+                std::memcpy(&oracle[r * qStride + static_cast<std::int64_t>(kvh) * g * d], O.data(), sizeof(float) * g * d);
+            }
+        }
+        std::vector<double> od(oracle.begin(), oracle.end());
+        ok &= report.add("  vs cuBLASLt pipeline " + f.name, compare(out.data(), od.data(), out.size()), 1e-4, 1e-4);
+    }
+
+    if (f.timing) {
+        const double us = medianMicros([&](int) { gc::launchAttentionDecode(p, nullptr); }, 5, 30);
+        double bytes = 0;
+        for (int r = 0; r < rows; ++r)
+            bytes += double(f.positions[r] + 1 - bandStart(f, f.positions[r])) * f.kvHeads * d * 2 * eb;
+        char line[200];
+        std::snprintf(line, sizeof line, "%-40s %8.1f us  %7.1f GB/s (live K+V band, %d splits)",
+                      f.name.c_str(), us, bytes / us * 1e-3, splitsUsed);
+        perf.push_back(line);
+    }
+    return ok;
+}
+
+}  // namespace
+
+int main() {
+    requireDevice("test_attention");
+    std::mt19937_64 rng(seedFromEnv());
+    const bool quick = quickMode();
+    Report report("attention_decode");
+    using gc::KvDtype;
+    const KvDtype B = KvDtype::BF16, F = KvDtype::F32;
+    // MQA (12b full layer): 16 query heads, 1 kv head, head dim 512. Tile = 8 keys in bf16.
+    // GQA (12b sliding): 16 query heads, 8 kv heads, head dim 256, window 1024. Tile = 16 keys.
+    std::vector<Fixture> fx = {
+        {"mqa full len1", 16, 1, 512, 0, 4096, B, {0}, false, 0, true},
+        {"mqa full len2", 16, 1, 512, 0, 4096, B, {1}, false},
+        {"mqa full len100", 16, 1, 512, 0, 4096, B, {99}, false, 0, true},
+        {"mqa full len=allocation 4096", 16, 1, 512, 0, 4096, B, {4095}, false},
+        {"mqa full 1 split", 16, 1, 512, 0, 4096, B, {700}, false, 1},
+        {"mqa full 16 splits len20 (empty splits)", 16, 1, 512, 0, 4096, B, {19}, false, 16},
+        {"mqa split boundary n=4*8*8", 16, 1, 512, 0, 4096, B, {255}, false, 4},
+        {"mqa split boundary n=4*8*8+1", 16, 1, 512, 0, 4096, B, {256}, false, 4},
+        {"mqa split boundary n=4*8*8-1", 16, 1, 512, 0, 4096, B, {254}, false, 4},
+        {"mqa full fp32 cache", 16, 1, 512, 0, 2048, F, {1500}, false, 0, true},
+        {"gqa sliding len1", 16, 8, 256, 1024, 1024, B, {0}, false},
+        {"gqa sliding before window fills", 16, 8, 256, 1024, 1024, B, {500}, false, 0, true},
+        {"gqa sliding len=window", 16, 8, 256, 1024, 1024, B, {1023}, false},
+        {"gqa sliding ring wrap len=window+1", 16, 8, 256, 1024, 1024, B, {1024}, false},
+        {"gqa sliding far wrap", 16, 8, 256, 1024, 1024, B, {100003}, false, 0, true},
+        {"gqa sliding capacity>window", 16, 8, 256, 1024, 1040, B, {3000}, false},
+        {"gqa sliding b3 shared ring", 16, 8, 256, 1000, 1024, B, {4000, 4001, 4002}, false},
+        {"gqa sliding b2 own caches", 16, 8, 256, 1024, 1024, B, {5, 70000}, true, 0, true},
+        {"gqa sliding splits=3 odd pieces", 16, 8, 256, 1024, 1024, B, {777}, false, 3},
+        {"gqa d128 full fp32", 8, 2, 128, 0, 1024, F, {777}, false, 0, true},
+        {"gqa d128 sliding wrap", 8, 2, 128, 64, 64, B, {1000}, false},
+        {"31b sliding 32q/16kv", 32, 16, 256, 1024, 1024, B, {2000}, false},
+        {"31b full 32q/4kv d512", 32, 4, 512, 0, 8192, B, {3000}, false, 0, true},
+        {"e2b sliding 8q/1kv", 8, 1, 256, 512, 512, B, {600}, false},
+        {"e4b full 8q/2kv d512", 8, 2, 512, 0, 4096, B, {10}, false},
+        {"mqa b4 own caches mixed lengths", 16, 1, 512, 0, 4096, B, {0, 16, 500, 4095}, true},
+    };
+    if (!quick) {
+        fx.push_back({"mqa full len=allocation 32768", 16, 1, 512, 0, 32768, B, {32767}, false, 0, false, true});
+        fx.push_back({"gqa sliding 12b window 1024 full band", 16, 8, 256, 1024, 1024, B, {50000}, false, 0, false, true});
+        fx.push_back({"31b full 4kv 16K band", 32, 4, 512, 0, 16384, B, {16383}, false, 0, false, true});
+    } else {
+        // Sanitizer runs: keep the fixture list but shrink the large ones.
+        for (auto& f : fx) f.oracle = false;
+    }
+    cublasLtHandle_t lt = nullptr;
+    if (!quick && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+        std::fprintf(stderr, "cublasLtCreate failed\n");
+        return 1;
+    }
+    std::vector<std::string> perf;
+    for (const auto& f : fx) runFixture(f, rng, report, lt, perf);
+    if (lt) cublasLtDestroy(lt);
+    std::printf("%zu fixtures\n", fx.size());
+    if (!perf.empty()) {
+        std::printf("\nattention timing (information only, split + merge, median of 30):\n");
+        for (const auto& l : perf) std::printf("  %s\n", l.c_str());
+    }
+    return report.finish();
+}

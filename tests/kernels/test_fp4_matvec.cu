@@ -1,0 +1,316 @@
+// Harness: FP4-E2M1 group-128 matvec and the fused GeGLU variant (kernels/cuda/Fp4Matvec.cu).
+// - every linear shape of the presets 12b, e2b, e4b, 31b (GEMMA4.md §6, PERF.md) and odd sizes
+//   (out not a multiple of anything; in = 64, 130, 200, 2112), batches of 1, 3 and 5 rows;
+// - FP64 host reference over the same stored codes/scales and fp32 inputs;
+// - x padded past `in` with NaN (must never be read), y poisoned with NaN before each launch;
+// - parity oracle: cuBLASLt fp32 GEMM over the dequantized weights, same inputs;
+// - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
+#include "../../kernels/cuda/Fp4Matvec.cu"
+#include "HarnessCommon.h"
+
+using namespace harness;
+using gemma::cuda::Fp4MatvecParams;
+
+namespace {
+
+struct Shape {
+    std::string name;
+    std::int64_t out, in;
+    bool geglu;  // also run the fused gate/up variant (gate and up get different weights)
+};
+
+std::vector<Shape> presetShapes() {
+    std::vector<Shape> s;
+    auto add = [&](const std::string& preset, const std::string& what, std::int64_t out,
+                   std::int64_t in, bool geglu = false) {
+        s.push_back({preset + "." + what, out, in, geglu});
+    };
+    // 12b: H 3840, 16 heads, sliding kv 8x256, full kv 1x512 (k_eq_v), FFN 15360.
+    add("12b", "q_sliding", 16 * 256, 3840);
+    add("12b", "kv_sliding", 8 * 256, 3840);
+    add("12b", "o_sliding", 3840, 16 * 256);
+    add("12b", "q_full", 16 * 512, 3840);
+    add("12b", "k_full", 512, 3840);
+    add("12b", "o_full", 3840, 16 * 512);
+    add("12b", "gate_up", 15360, 3840, true);
+    add("12b", "down", 3840, 15360);
+    // e2b: H 1536, 8 heads, sliding 1x256, full 1x512, FFN 6144 (12288 double-wide), PLE 35x256.
+    add("e2b", "q_sliding", 8 * 256, 1536);
+    add("e2b", "kv_sliding", 256, 1536);
+    add("e2b", "o_sliding", 1536, 8 * 256);
+    add("e2b", "q_full", 8 * 512, 1536);
+    add("e2b", "kv_full", 512, 1536);
+    add("e2b", "o_full", 1536, 8 * 512);
+    add("e2b", "gate_up", 6144, 1536, true);
+    add("e2b", "down", 1536, 6144);
+    add("e2b", "gate_up_wide", 12288, 1536, true);
+    add("e2b", "down_wide", 1536, 12288);
+    add("e2b", "ple_gate", 256, 1536);
+    add("e2b", "ple_proj", 1536, 256);
+    add("e2b", "ple_model_proj", 35 * 256, 1536);
+    // e4b: H 2560, 8 heads, sliding 2x256, full 2x512, FFN 10240, PLE 42x256.
+    add("e4b", "q_sliding", 8 * 256, 2560);
+    add("e4b", "kv_sliding", 2 * 256, 2560);
+    add("e4b", "o_sliding", 2560, 8 * 256);
+    add("e4b", "q_full", 8 * 512, 2560);
+    add("e4b", "kv_full", 2 * 512, 2560);
+    add("e4b", "o_full", 2560, 8 * 512);
+    add("e4b", "gate_up", 10240, 2560, true);
+    add("e4b", "down", 2560, 10240);
+    add("e4b", "ple_gate", 256, 2560);
+    add("e4b", "ple_proj", 2560, 256);
+    add("e4b", "ple_model_proj", 42 * 256, 2560);
+    // 31b: H 5376, 32 heads, sliding 16x256, full 4x512 (k_eq_v), FFN 21504.
+    add("31b", "q_sliding", 32 * 256, 5376);
+    add("31b", "kv_sliding", 16 * 256, 5376);
+    add("31b", "o_sliding", 5376, 32 * 256);
+    add("31b", "q_full", 32 * 512, 5376);
+    add("31b", "k_full", 4 * 512, 5376);
+    add("31b", "o_full", 5376, 32 * 512);
+    add("31b", "gate_up", 21504, 5376, true);
+    add("31b", "down", 5376, 21504);
+    return s;
+}
+
+std::vector<Shape> oddShapes() {
+    return {{"odd.1x64", 1, 64, true},       {"odd.77x200", 77, 200, true},
+            {"odd.1001x2112", 1001, 2112, true}, {"odd.333x130", 333, 130, false},
+            {"odd.4099x96", 4099, 96, true},  {"odd.3x4000", 3, 4000, false}};
+}
+
+double referenceDot(const std::vector<float>& deq, std::int64_t in, std::int64_t r, const float* x) {
+    double acc = 0;
+    const float* w = &deq[r * in];
+    for (std::int64_t i = 0; i < in; ++i) acc += static_cast<double>(w[i]) * static_cast<double>(x[i]);
+    return acc;
+}
+
+double geluTanhRef(double v) {
+    return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+// Uploads a matrix; returns device codes/scales (codes base 256-byte aligned by cudaMalloc).
+struct DeviceFp4 {
+    DeviceBuffer<std::uint8_t> codes;
+    DeviceBuffer<std::uint16_t> scales;
+};
+DeviceFp4 upload(const Fp4Matrix& m) {
+    DeviceFp4 d{DeviceBuffer<std::uint8_t>(m.codes.size()), DeviceBuffer<std::uint16_t>(m.scales.size())};
+    d.codes.upload(m.codes);
+    d.scales.upload(m.scales);
+    return d;
+}
+
+void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
+              bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false) {
+    const Fp4Matrix w = randomFp4(s.out, s.in, rng);
+    const std::vector<float> deq = w.dequantize();
+    const std::int64_t xStride = (s.in + 31) / 32 * 32 + 4;  // padding past `in` is NaN
+    std::vector<float> x(static_cast<std::size_t>(rows * xStride), std::nanf(""));
+    for (int r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < s.in; ++i)
+            x[r * xStride + i] = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
+    DeviceFp4 dw = upload(w);
+    DeviceBuffer<float> dx(x.size());
+    dx.upload(x);
+    const std::int64_t yStride = s.out + 3;
+    DeviceBuffer<float> dy(static_cast<std::size_t>(rows * yStride));
+
+    Fp4MatvecParams p;
+    p.codes = dw.codes.ptr;
+    p.scales = dw.scales.ptr;
+    p.out = s.out;
+    p.in = s.in;
+    p.x = dx.ptr;
+    p.xStride = xStride;
+    p.y = dy.ptr;
+    p.yStride = yStride;
+    p.rows = rows;
+    p.forceGlobalX = forceGlobalX;
+    dy.poison();
+    HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    std::vector<float> y = dy.download();
+
+    // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
+    std::vector<float> got;
+    std::vector<double> ref;
+    for (int r = 0; r < rows; ++r)
+        for (std::int64_t o = 0; o < s.out; ++o) {
+            got.push_back(y[r * yStride + o]);
+            ref.push_back(referenceDot(deq, s.in, o, x.data() + r * xStride));
+        }
+    bool gapsIntact = true;
+    for (int r = 0; r < rows; ++r)
+        for (std::int64_t o = s.out; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
+    const std::string tag = s.name + " " + std::to_string(s.out) + "x" + std::to_string(s.in) +
+                            (rows > 1 ? " b" + std::to_string(rows) : "") +
+                            (forceGlobalX ? " xglobal" : "");
+    report.add("matvec " + tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4,
+               gapsIntact ? "" : "(wrote past out!)");
+    if (!gapsIntact) report.addCheck("matvec " + tag + " no stray writes", false, "");
+
+    // Parity oracle: cuBLASLt fp32 over the dequantized weights.
+    if (lt) {
+        DeviceBuffer<float> dDeq(deq.size());
+        dDeq.upload(deq);
+        std::vector<float> xDense(static_cast<std::size_t>(rows * s.in));
+        for (int r = 0; r < rows; ++r)
+            std::memcpy(&xDense[r * s.in], &x[r * xStride], sizeof(float) * s.in);
+        DeviceBuffer<float> dxDense(xDense.size());
+        dxDense.upload(xDense);
+        DeviceBuffer<float> dLt(static_cast<std::size_t>(rows * s.out));
+        dLt.poison();
+        // Column-major: Y (out × rows) = Wᵀ(in × out)ᵀ · X (in × rows).
+        ltGemmF32(lt, true, false, static_cast<int>(s.out), rows, static_cast<int>(s.in), dDeq.ptr,
+                  static_cast<int>(s.in), dxDense.ptr, static_cast<int>(s.in), dLt.ptr,
+                  static_cast<int>(s.out));
+        HCHECK(cudaDeviceSynchronize());
+        std::vector<float> yl = dLt.download();
+        std::vector<double> yld(yl.begin(), yl.end());
+        report.add("  vs cuBLASLt " + tag, compare(got.data(), yld.data(), got.size()), 1e-4, 1e-4);
+    }
+
+    if (s.geglu) {
+        const Fp4Matrix up = randomFp4(s.out, s.in, rng);
+        const std::vector<float> deqUp = up.dequantize();
+        DeviceFp4 du = upload(up);
+        Fp4MatvecParams g = p;
+        g.upCodes = du.codes.ptr;
+        g.upScales = du.scales.ptr;
+        dy.poison();
+        HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(g, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        std::vector<float> yg = dy.download();
+        std::vector<float> gotg;
+        std::vector<double> refg;
+        for (int r = 0; r < rows; ++r)
+            for (std::int64_t o = 0; o < s.out; ++o) {
+                gotg.push_back(yg[r * yStride + o]);
+                const double gate = referenceDot(deq, s.in, o, x.data() + r * xStride);
+                const double u = referenceDot(deqUp, s.in, o, x.data() + r * xStride);
+                refg.push_back(geluTanhRef(gate) * u);
+            }
+        report.add("geglu  " + tag, compare(gotg.data(), refg.data(), gotg.size()), 1e-4, 1e-4);
+
+        if (timing && rows == 1) {
+            const double bytes = 2.0 * static_cast<double>(w.codes.size() + 2 * w.scales.size());
+            int dev = 0;
+            HCHECK(cudaGetDevice(&dev));
+            int l2 = 0;
+            HCHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+            const int copies = static_cast<int>(std::min<double>(64, std::ceil(3.0 * l2 / bytes) + 1));
+            DeviceBuffer<std::uint8_t> cg(w.codes.size() * copies), cu(w.codes.size() * copies);
+            DeviceBuffer<std::uint16_t> sg(w.scales.size() * copies), su(w.scales.size() * copies);
+            for (int c = 0; c < copies; ++c) {
+                HCHECK(cudaMemcpy(cg.ptr + c * w.codes.size(), dw.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
+                HCHECK(cudaMemcpy(cu.ptr + c * w.codes.size(), du.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
+                HCHECK(cudaMemcpy(sg.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
+                HCHECK(cudaMemcpy(su.ptr + c * w.scales.size(), du.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
+            }
+            const double us = medianMicros(
+                [&](int i) {
+                    Fp4MatvecParams t = g;
+                    const int c = i % copies;
+                    t.codes = cg.ptr + c * w.codes.size();
+                    t.upCodes = cu.ptr + c * w.codes.size();
+                    t.scales = sg.ptr + c * w.scales.size();
+                    t.upScales = su.ptr + c * w.scales.size();
+                    gemma::cuda::launchFp4GegluMatvec(t, nullptr);
+                },
+                10, 50);
+            char line[256];
+            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s",
+                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
+                          us, bytes / us * 1e-3);
+            perfLines.push_back(line);
+        }
+    }
+
+    if (timing && rows == 1) {
+        const double bytes = static_cast<double>(w.codes.size() + 2 * w.scales.size());
+        int dev = 0;
+        HCHECK(cudaGetDevice(&dev));
+        int l2 = 0;
+        HCHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+        const int copies = static_cast<int>(std::min<double>(64, std::ceil(3.0 * l2 / bytes) + 1));
+        DeviceBuffer<std::uint8_t> cc(w.codes.size() * copies);
+        DeviceBuffer<std::uint16_t> ss(w.scales.size() * copies);
+        for (int c = 0; c < copies; ++c) {
+            HCHECK(cudaMemcpy(cc.ptr + c * w.codes.size(), dw.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
+            HCHECK(cudaMemcpy(ss.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
+        }
+        auto timeVariant = [&](int rowsPerWarp, bool globalX) {
+            return medianMicros(
+                [&](int i) {
+                    Fp4MatvecParams t = p;
+                    const int c = i % copies;
+                    t.codes = cc.ptr + c * w.codes.size();
+                    t.scales = ss.ptr + c * w.scales.size();
+                    t.rowsPerWarp = rowsPerWarp;
+                    t.forceGlobalX = globalX;
+                    gemma::cuda::launchFp4Matvec(t, nullptr);
+                },
+                10, 30);
+        };
+        const double us = timeVariant(0, false);
+        const double r1 = timeVariant(1, false), r2 = timeVariant(2, false), r4 = timeVariant(4, false);
+        const double g0 = timeVariant(0, true);
+        char line[320];
+        std::snprintf(line, sizeof line,
+                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | R1 %6.1f R2 %6.1f R4 %6.1f "
+                      "global-x %6.1f GB/s",
+                      s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), us,
+                      bytes / us * 1e-3, bytes / r1 * 1e-3, bytes / r2 * 1e-3, bytes / r4 * 1e-3,
+                      bytes / g0 * 1e-3);
+        perfLines.push_back(line);
+    }
+}
+
+}  // namespace
+
+int main() {
+    requireDevice("test_fp4_matvec");
+    std::mt19937_64 rng(seedFromEnv());
+    const bool quick = quickMode();
+    Report report("fp4_matvec");
+
+    // Launcher argument checks: a misaligned x and a bad stride are refused, not launched.
+    {
+        Fp4MatvecParams bad;
+        report.addCheck("launcher refuses null pointers",
+                        gemma::cuda::launchFp4Matvec(bad, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
+    }
+
+    cublasLtHandle_t lt = nullptr;
+    if (!quick) {
+        if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+            std::fprintf(stderr, "cublasLtCreate failed\n");
+            return 1;
+        }
+    }
+    std::vector<std::string> perf;
+    for (const auto& s : oddShapes()) {
+        runShape(s, 1, rng, report, lt, false, perf);
+        runShape(s, 3, rng, report, lt, false, perf);
+        runShape(s, 1, rng, report, lt, false, perf, /*forceGlobalX=*/true);
+        runShape(s, 2, rng, report, lt, false, perf, /*forceGlobalX=*/true);
+    }
+    runShape({"odd.1001x2112", 1001, 2112, true}, 5, rng, report, lt, false, perf);
+    if (!quick) {
+        for (const auto& s : presetShapes()) runShape(s, 1, rng, report, lt, true, perf);
+        runShape({"12b.q_sliding", 4096, 3840, true}, 3, rng, report, lt, false, perf);
+        runShape({"31b.down", 5376, 21504, false}, 4, rng, report, lt, false, perf);
+        runShape({"12b.down", 3840, 15360, true}, 1, rng, report, lt, false, perf, true);
+    } else {
+        runShape({"e2b.kv_sliding", 256, 1536, true}, 1, rng, report, lt, false, perf);
+        runShape({"e2b.ple_proj", 1536, 256, false}, 2, rng, report, lt, false, perf);
+    }
+    if (lt) cublasLtDestroy(lt);
+    if (!perf.empty()) {
+        std::printf("\nFP4 matvec achieved bandwidth (information only; weights+scales bytes, "
+                    "median of 50, weights rotated over > 3x L2):\n");
+        for (const auto& l : perf) std::printf("  %s\n", l.c_str());
+    }
+    return report.finish();
+}

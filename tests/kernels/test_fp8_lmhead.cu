@@ -1,0 +1,259 @@
+// Harness: the FP8-E4M3 row-scaled table kernels and greedy sampling:
+//   lm_head matvec + softcap (kernels/cuda/Fp8LmHead.cu), embedding gather (Embedding.cu),
+//   argmax (Argmax.cu).
+// FP64 host references over the same stored codes/scales; outputs poisoned with NaN; x padded
+// with NaN past H. Information only: lm_head GB/s (CUDA events, median, table rotated past L2).
+#include "../../kernels/cuda/Argmax.cu"
+#include "../../kernels/cuda/Embedding.cu"
+#include "../../kernels/cuda/Fp8LmHead.cu"
+#include "HarnessCommon.h"
+
+using namespace harness;
+namespace gc = gemma::cuda;
+namespace gf = gemma::formats;
+
+namespace {
+
+struct Table {
+    std::int64_t vocab, hidden;
+    std::vector<std::uint8_t> codes;
+    std::vector<float> scales;
+};
+
+Table randomTable(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng) {
+    Table t{vocab, hidden, std::vector<std::uint8_t>(static_cast<std::size_t>(vocab * hidden)),
+            std::vector<float>(static_cast<std::size_t>(vocab))};
+    std::uniform_int_distribution<std::uint64_t> bits;
+    for (std::size_t i = 0; i < t.codes.size(); i += 8) {
+        std::uint64_t r = bits(rng);
+        for (std::size_t k = 0; k < 8 && i + k < t.codes.size(); ++k, r >>= 8) {
+            std::uint8_t c = static_cast<std::uint8_t>(r);
+            if ((c & 0x7F) == 0x7F) c ^= 0x01;  // no NaN codes in a valid table
+            t.codes[i + k] = c;
+        }
+    }
+    std::uniform_real_distribution<float> s(0.5f, 2.0f);
+    const float base = 30.0f / (150.0f * std::sqrt(static_cast<float>(hidden)));
+    for (auto& v : t.scales) v = base * s(rng);
+    return t;
+}
+
+void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, std::mt19937_64& rng,
+                Report& report, bool timing, std::vector<std::string>& perf) {
+    const Table t = randomTable(vocab, hidden, rng);
+    const std::int64_t xStride = hidden + 8;  // NaN past H: must not be read
+    std::vector<float> x(static_cast<std::size_t>(rows * xStride), std::nanf(""));
+    for (int r = 0; r < rows; ++r)
+        for (std::int64_t h = 0; h < hidden; ++h)
+            x[r * xStride + h] = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
+    DeviceBuffer<std::uint8_t> dc(t.codes.size());
+    dc.upload(t.codes);
+    DeviceBuffer<float> ds(t.scales.size());
+    ds.upload(t.scales);
+    DeviceBuffer<float> dx(x.size());
+    dx.upload(x);
+    DeviceBuffer<float> dl(static_cast<std::size_t>(rows * vocab));
+    dl.poison();
+    gc::Fp8LmHeadParams p;
+    p.codes = dc.ptr;
+    p.rowScales = ds.ptr;
+    p.vocab = vocab;
+    p.hidden = hidden;
+    p.x = dx.ptr;
+    p.xStride = xStride;
+    p.logits = dl.ptr;
+    p.logitStride = vocab;
+    p.rows = rows;
+    p.softcap = cap;
+    HCHECK_STATUS(gc::launchFp8LmHead(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = dl.download();
+    std::vector<double> lut(256);
+    for (int c = 0; c < 256; ++c) lut[c] = gf::e4m3ToFloat(static_cast<std::uint8_t>(c));
+    std::vector<double> ref(got.size());
+    for (int r = 0; r < rows; ++r)
+        for (std::int64_t v = 0; v < vocab; ++v) {
+            double acc = 0;
+            const std::uint8_t* row = &t.codes[v * hidden];
+            const float* xr = &x[r * xStride];
+            for (std::int64_t h = 0; h < hidden; ++h) acc += lut[row[h]] * xr[h];
+            double z = acc * t.scales[v];
+            if (cap > 0) z = cap * std::tanh(z / cap);
+            ref[r * vocab + v] = z;
+        }
+    char name[128];
+    std::snprintf(name, sizeof name, "lm_head V%lld H%lld b%d cap%g", static_cast<long long>(vocab),
+                  static_cast<long long>(hidden), rows, cap);
+    report.add(name, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
+
+    if (timing && rows == 1) {
+        const double bytes = static_cast<double>(t.codes.size()) + 4.0 * vocab;
+        const int copies = bytes > 200e6 ? 2 : 4;
+        DeviceBuffer<std::uint8_t> cc(t.codes.size() * copies);
+        for (int c = 0; c < copies; ++c)
+            HCHECK(cudaMemcpy(cc.ptr + c * t.codes.size(), dc.ptr, t.codes.size(), cudaMemcpyDeviceToDevice));
+        const double us = medianMicros(
+            [&](int i) {
+                gc::Fp8LmHeadParams q = p;
+                q.codes = cc.ptr + (i % copies) * t.codes.size();
+                gc::launchFp8LmHead(q, nullptr);
+            },
+            5, 30);
+        char line[160];
+        std::snprintf(line, sizeof line, "lm_head %lld x %lld: %.1f us, %.1f GB/s",
+                      static_cast<long long>(vocab), static_cast<long long>(hidden), us, bytes / us * 1e-3);
+        perf.push_back(line);
+    }
+}
+
+void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng, Report& report) {
+    const Table t = randomTable(vocab, hidden, rng);
+    std::vector<int> ids = {0, static_cast<int>(vocab - 1), -1, static_cast<int>(vocab)};
+    std::uniform_int_distribution<int> pick(0, static_cast<int>(vocab - 1));
+    for (int i = 0; i < 4; ++i) ids.push_back(pick(rng));
+    const int rows = static_cast<int>(ids.size());
+    const float embedScale = gf::roundToBf16(std::sqrt(static_cast<float>(hidden)));
+    DeviceBuffer<std::uint8_t> dc(t.codes.size());
+    dc.upload(t.codes);
+    DeviceBuffer<float> ds(t.scales.size());
+    ds.upload(t.scales);
+    DeviceBuffer<int> di(ids.size());
+    di.upload(ids);
+    const std::int64_t outStride = hidden + 1;
+    DeviceBuffer<float> dout(static_cast<std::size_t>(rows * outStride));
+    dout.poison();
+    gc::EmbeddingParams p;
+    p.codes = dc.ptr;
+    p.rowScales = ds.ptr;
+    p.vocab = vocab;
+    p.hidden = hidden;
+    p.tokenIds = di.ptr;
+    p.embedScale = embedScale;
+    p.out = dout.ptr;
+    p.outStride = outStride;
+    p.rows = rows;
+    HCHECK_STATUS(gc::launchEmbeddingGather(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = dout.download();
+    std::size_t mismatches = 0, badInvalid = 0;
+    for (int r = 0; r < rows; ++r) {
+        const bool valid = ids[r] >= 0 && ids[r] < vocab;
+        for (std::int64_t c = 0; c < hidden; ++c) {
+            const float g = got[r * outStride + c];
+            if (!valid) {
+                badInvalid += std::isnan(g) ? 0 : 1;
+                continue;
+            }
+            const float want =
+                (gf::e4m3ToFloat(t.codes[static_cast<std::int64_t>(ids[r]) * hidden + c]) * t.scales[ids[r]]) *
+                embedScale;
+            std::uint32_t a, b;
+            std::memcpy(&a, &g, 4);
+            std::memcpy(&b, &want, 4);
+            mismatches += a != b;
+        }
+    }
+    char name[128];
+    std::snprintf(name, sizeof name, "embedding V%lld H%lld (bit-exact, 2 invalid ids)",
+                  static_cast<long long>(vocab), static_cast<long long>(hidden));
+    report.addCheck(name, mismatches == 0 && badInvalid == 0,
+                    "mismatches " + std::to_string(mismatches) + ", invalid-id rows not NaN " +
+                        std::to_string(badInvalid));
+}
+
+void argmaxCase(std::int64_t n, int rows, std::mt19937_64& rng, Report& report) {
+    const std::int64_t stride = n + 5;
+    std::vector<float> logits(static_cast<std::size_t>(rows * stride), std::nanf(""));
+    std::vector<int> want(rows);
+    std::uniform_int_distribution<std::int64_t> pos(0, n - 1);
+    for (int r = 0; r < rows; ++r) {
+        for (std::int64_t i = 0; i < n; ++i)
+            logits[r * stride + i] = std::uniform_real_distribution<float>(-30.f, 30.f)(rng);
+        // Planted maximum, duplicated at a later index (tie: the lower index wins), and NaNs.
+        std::int64_t a = pos(rng), b = pos(rng);
+        if (a > b) std::swap(a, b);
+        logits[r * stride + a] = 31.0f;
+        logits[r * stride + b] = 31.0f;
+        for (int k = 0; k < 3; ++k) logits[r * stride + pos(rng)] = std::nanf("");
+        logits[r * stride + a] = 31.0f;  // keep the planted values if a NaN landed there
+        logits[r * stride + b] = 31.0f;
+        want[r] = static_cast<int>(a);
+    }
+    DeviceBuffer<float> dl(logits.size());
+    dl.upload(logits);
+    DeviceBuffer<int> di(rows);
+    DeviceBuffer<float> dv(rows);
+    gc::ArgmaxParams p;
+    p.logits = dl.ptr;
+    p.n = n;
+    p.stride = stride;
+    p.rows = rows;
+    p.outIndex = di.ptr;
+    p.outValue = dv.ptr;
+    const std::size_t ws = gc::argmaxWorkspaceBytes(p);
+    DeviceBuffer<std::uint8_t> dws(ws);
+    HCHECK(cudaMemset(dws.ptr, 0, ws));  // counters zero once; the kernel re-zeroes them
+    p.workspace = dws.ptr;
+    p.workspaceBytes = ws;
+    bool ok = true;
+    for (int rep = 0; rep < 3; ++rep) {  // repeated launches prove the counters reset
+        di.poison();
+        dv.poison();
+        HCHECK_STATUS(gc::launchArgmax(p, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        const std::vector<int> got = di.download();
+        const std::vector<float> val = dv.download();
+        for (int r = 0; r < rows; ++r) ok &= got[r] == want[r] && val[r] == 31.0f;
+    }
+    char name[128];
+    std::snprintf(name, sizeof name, "argmax n%lld b%d (ties, NaNs, 3 launches)",
+                  static_cast<long long>(n), rows);
+    report.addCheck(name, ok, "");
+}
+
+}  // namespace
+
+int main() {
+    requireDevice("test_fp8_lmhead");
+    std::mt19937_64 rng(seedFromEnv());
+    const bool quick = quickMode();
+    Report report("fp8_lmhead_embedding_argmax");
+    std::vector<std::string> perf;
+
+    lmHeadCase(4099, 2816, 1, 30.0f, rng, report, false, perf);
+    lmHeadCase(4099, 2816, 3, 30.0f, rng, report, false, perf);
+    lmHeadCase(1000, 1536, 2, 0.0f, rng, report, false, perf);
+    lmHeadCase(37, 16, 1, 30.0f, rng, report, false, perf);
+    if (!quick) {
+        lmHeadCase(262144, 3840, 1, 30.0f, rng, report, true, perf);   // 12b
+        lmHeadCase(262144, 5376, 1, 30.0f, rng, report, true, perf);   // 31b
+        lmHeadCase(262144, 1536, 1, 30.0f, rng, report, true, perf);   // e2b
+        lmHeadCase(262144, 2560, 2, 30.0f, rng, report, false, perf);  // e4b, batch 2
+    }
+    {
+        gc::Fp8LmHeadParams bad;
+        bad.codes = reinterpret_cast<const std::uint8_t*>(16);
+        bad.rowScales = reinterpret_cast<const float*>(16);
+        bad.x = reinterpret_cast<const float*>(16);
+        bad.logits = reinterpret_cast<float*>(16);
+        bad.vocab = 10;
+        bad.hidden = 100;  // not a multiple of 16
+        bad.xStride = 100;
+        bad.logitStride = 10;
+        report.addCheck("lm_head refuses H % 16 != 0",
+                        gc::launchFp8LmHead(bad, nullptr) == gc::KernelStatus::Unsupported, "");
+    }
+
+    embeddingCase(1000, 1536, rng, report);
+    embeddingCase(quick ? 5000 : 262144, quick ? 2816 : 5376, rng, report);
+
+    argmaxCase(1000, 1, rng, report);
+    argmaxCase(8193, 3, rng, report);
+    argmaxCase(quick ? 40000 : 262144, 2, rng, report);
+
+    if (!perf.empty()) {
+        std::printf("\nFP8 lm_head achieved bandwidth (information only):\n");
+        for (const auto& l : perf) std::printf("  %s\n", l.c_str());
+    }
+    return report.finish();
+}
