@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
         logitsFile.close();
         if (!logitsFile) return fail("writing the logits file failed");
     }
+    std::cout.flush();
     if (!cli.has("quiet")) {
         std::fprintf(stderr, "[%s | %s] prompt %d tokens, prefill %.1f ms, generated %d tokens, %.2f tok/s, stop: %s\n",
                      (*engine)->info().name.c_str(), (*engine)->info().backend.c_str(), stats->promptTokens, stats->prefillMs,

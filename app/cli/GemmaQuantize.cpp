@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
         {{"o", true, "the package file to write", "OUTPUT_FILE"},
          {"output", true, "same as -o", "OUTPUT_FILE"},
          {"unquantized", false, "keep every tensor in float32 (parity work)"},
-         {"scale-rule", true, "how FP4 group scales are chosen: absmax or minimum-error (default absmax)", "RULE"},
+         {"scale-rule", true, "how FP4 group scales are chosen: minimum-error (default) or absmax", "RULE"},
          {"quiet", false, "no progress output"}});
     // Accept the conventional single-dash -o.
     std::vector<char*> args(argv, argv + argc);
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     }
     gemma::QuantizeOptions options;
     options.unquantized = cli.has("unquantized");
-    const std::string rule = cli.value("scale-rule").value_or("absmax");
+    const std::string rule = cli.value("scale-rule").value_or("minimum-error");
     if (rule == "absmax") options.scaleRule = gemma::ScaleRule::AbsMax;
     else if (rule == "minimum-error") options.scaleRule = gemma::ScaleRule::MinimumError;
     else {

@@ -30,17 +30,44 @@ void rmsNormRows(const float* x, const float* weight, float eps, std::int64_t ro
     for (std::int64_t r = 0; r < rows; ++r) rmsNorm(x + r * n, weight, eps, n, y + r * n);
 }
 
+namespace {
+
+// Dot product in fp32 with eight independent accumulators (so the compiler can vectorise without
+// reassociating), summed pairwise at the end. Over the few thousand terms of a Gemma row this
+// stays within ~1e-6 relative of an exact sum, far inside every tolerance built on it.
+inline float dot(const float* a, const float* b, std::int64_t n) {
+    float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int l = 0; l < 8; ++l) lanes[l] += a[i + l] * b[i + l];
+    }
+    for (; i < n; ++i) lanes[i % 8] += a[i] * b[i];
+    return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
+// Both E2M1 values of every code byte: low nibble first, as the format stores them.
+struct Fp4ByteTable {
+    float values[256][2];
+    Fp4ByteTable() {
+        for (unsigned byte = 0; byte < 256; ++byte) {
+            values[byte][0] = fmt::e2m1ToFloat(byte & 0xFu);
+            values[byte][1] = fmt::e2m1ToFloat(byte >> 4);
+        }
+    }
+};
+const Fp4ByteTable& fp4ByteTable() {
+    static const Fp4ByteTable table;
+    return table;
+}
+
+}  // namespace
+
 void linearF32(const float* weight, std::int64_t out, std::int64_t in, const float* x,
                std::int64_t rows, float* y) {
     // Weight row outer, input vectors inner: one pass over the weights serves the whole batch.
     for (std::int64_t o = 0; o < out; ++o) {
         const float* w = weight + o * in;
-        for (std::int64_t r = 0; r < rows; ++r) {
-            const float* xr = x + r * in;
-            double sum = 0.0;
-            for (std::int64_t i = 0; i < in; ++i) sum += static_cast<double>(w[i]) * xr[i];
-            y[r * out + o] = static_cast<float>(sum);
-        }
+        for (std::int64_t r = 0; r < rows; ++r) y[r * out + o] = dot(w, x + r * in, in);
     }
 }
 
@@ -57,14 +84,15 @@ void linearFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int6
                std::int64_t in, const float* x, std::int64_t rows, float* y) {
     const std::int64_t rowBytes = fmt::fp4RowBytes(in);
     const std::int64_t groups = fmt::fp4GroupsPerRow(in);
-    std::vector<float> values(static_cast<std::size_t>(in));
+    const auto& table = fp4ByteTable().values;
+    std::vector<float> values(static_cast<std::size_t>(rowBytes * 2));
     for (std::int64_t o = 0; o < out; ++o) {
         const std::uint8_t* codesRow = codes + o * rowBytes;
         const std::uint16_t* scalesRow = scales + o * groups;
         // Unscaled E2M1 values; the scale is applied per group after the group's dot product.
-        for (std::int64_t i = 0; i < in; ++i) {
-            const std::uint8_t byte = codesRow[i / 2];
-            values[i] = fmt::e2m1ToFloat((i % 2 == 0) ? (byte & 0xFu) : (byte >> 4));
+        for (std::int64_t b = 0; b < rowBytes; ++b) {
+            values[2 * b] = table[codesRow[b]][0];
+            values[2 * b + 1] = table[codesRow[b]][1];
         }
         for (std::int64_t r = 0; r < rows; ++r) {
             const float* xr = x + r * in;
@@ -72,9 +100,7 @@ void linearFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int6
             for (std::int64_t g = 0; g < groups; ++g) {
                 const std::int64_t begin = g * fmt::kFp4GroupSize;
                 const std::int64_t end = std::min(in, begin + fmt::kFp4GroupSize);
-                double groupSum = 0.0;
-                for (std::int64_t i = begin; i < end; ++i) groupSum += static_cast<double>(values[i]) * xr[i];
-                sum += groupSum * fmt::bf16ToFloat(scalesRow[g]);
+                sum += static_cast<double>(dot(&values[begin], xr + begin, end - begin)) * fmt::bf16ToFloat(scalesRow[g]);
             }
             y[r * out + o] = static_cast<float>(sum);
         }
@@ -91,12 +117,7 @@ void linearFp8Rows(const std::uint8_t* codes, const float* rowScales, std::int64
     for (std::int64_t o = 0; o < out; ++o) {
         const std::uint8_t* codesRow = codes + o * in;
         for (std::int64_t i = 0; i < in; ++i) values[i] = fmt::e4m3ToFloat(codesRow[i]);
-        for (std::int64_t r = 0; r < rows; ++r) {
-            const float* xr = x + r * in;
-            double sum = 0.0;
-            for (std::int64_t i = 0; i < in; ++i) sum += static_cast<double>(values[i]) * xr[i];
-            y[r * out + o] = static_cast<float>(sum * rowScales[o]);
-        }
+        for (std::int64_t r = 0; r < rows; ++r) y[r * out + o] = dot(values.data(), x + r * in, in) * rowScales[o];
     }
 }
 

@@ -1,5 +1,6 @@
 // Plain-C++ reference ops: the exact semantics every CUDA kernel must reproduce, and the ops the
-// CPU backend runs. FP32 arithmetic; no CUDA, no engine, no Qt.
+// CPU backend runs. FP32 arithmetic (dot products with eight fp32 accumulators; norms and
+// attention accumulate in double); no CUDA, no engine, no Qt.
 //
 // Layout conventions shared with the kernels:
 //   - vectors are contiguous floats; a batch of `rows` vectors of width n is row-major [rows][n];

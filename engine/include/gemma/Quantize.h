@@ -19,7 +19,9 @@ const char* scaleRuleName(ScaleRule rule);
 
 struct QuantizeOptions {
     bool unquantized = false;  // keep every tensor in FP32 (parity work)
-    ScaleRule scaleRule = ScaleRule::AbsMax;
+    // docs/QUALITY.md: on the trained demo model minimum-error gives +0.47 % perplexity against
+    // +1.06 % for absmax (KL 0.0217 vs 0.0245), so it is the default.
+    ScaleRule scaleRule = ScaleRule::MinimumError;
 };
 
 struct QuantizeReport {
