@@ -185,7 +185,8 @@ std::string IncrementalDecoder::push(std::int32_t id) {
         const std::size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
         if (need > end - (back - 1)) end = back - 1;
     }
-    if (end >= 3 && end > emitted_ && text.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
+    // Byte pieces of a character not yet complete decode to U+FFFD each: hold the whole run back.
+    while (end >= emitted_ + 3 && text.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
     if (end <= emitted_) return {};
     std::string delta = text.substr(emitted_, end - emitted_);
     emitted_ = end;

@@ -336,8 +336,8 @@ TEST_F(CheckpointFixture, NaNInNormWeight) {
 TEST_F(CheckpointFixture, InfinityInLinearWeight) {
     auto& t = checkpoint_.tensors["model.layers.0.mlp.gate_proj.weight"];
     const float inf = std::numeric_limits<float>::infinity();
-    std::memcpy(t.bytes.data() + 4 * 300, &inf, 4);
-    EXPECT_ERROR(quantizeEdited(), ErrorCode::InvalidFile, "'layers.0.mlp.gate_proj.weight' row 1");
+    std::memcpy(t.bytes.data() + 4 * 300, &inf, 4);  // [128 out][128 in]: row 2, input 44
+    EXPECT_ERROR(quantizeEdited(), ErrorCode::InvalidFile, "'layers.0.mlp.gate_proj.weight' row 2: weight 44 of a row is infinite");
 }
 
 TEST_F(CheckpointFixture, IndexPointingOutsideTheFolder) {

@@ -41,7 +41,7 @@ TEST(Tokenizer, FindsTheGemma4ControlTokens) {
     EXPECT_TRUE(t.isTemplateToken(s.turnStart));
     EXPECT_TRUE(t.isTemplateToken(s.bos));
     const Json cases = Json::parse(gemma::test::readFile(gemma::test::goldens() / "tokenizer_cases.json"));
-    for (const auto& [piece, id] : cases.at("control_tokens").items()) EXPECT_EQ(t.pieceId(piece), id.get<int>()) << piece;
+    for (const auto& [piece, id] : cases.at("control_token_ids").items()) EXPECT_EQ(t.pieceId(piece), id.get<int>()) << piece;
 }
 
 TEST(Tokenizer, PlainTextMatchesPythonSentencepiece) {
