@@ -2,10 +2,12 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <type_traits>
 
 #include "Fp4Matvec.h"
 #include "Fp8LmHead.h"
@@ -73,7 +75,57 @@ bool fillConstant16(void* device, std::size_t count, std::uint16_t value, std::s
     return true;
 }
 
+// cuBLASLt, loaded at run time: the GEMM ceiling is the only user, and a tool that needed the
+// 500 MB library at start could not ship without it (installer/README.md).
+struct CublasLt {
+    void* library = nullptr;
+    decltype(&cublasLtCreate) create = nullptr;
+    decltype(&cublasLtDestroy) destroy = nullptr;
+    decltype(&cublasLtMatmulDescCreate) descCreate = nullptr;
+    decltype(&cublasLtMatmulDescDestroy) descDestroy = nullptr;
+    decltype(&cublasLtMatmulDescSetAttribute) descSet = nullptr;
+    decltype(&cublasLtMatrixLayoutCreate) layoutCreate = nullptr;
+    decltype(&cublasLtMatrixLayoutDestroy) layoutDestroy = nullptr;
+    decltype(&cublasLtMatmulPreferenceCreate) preferenceCreate = nullptr;
+    decltype(&cublasLtMatmulPreferenceDestroy) preferenceDestroy = nullptr;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) preferenceSet = nullptr;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+    decltype(&cublasLtMatmul) matmul = nullptr;
+
+    bool load(std::string& error) {
+        for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
+            library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+            if (library) break;
+        }
+        if (!library) {
+            error = "cuBLASLt (libcublasLt.so) is not installed: the BF16 GEMM ceiling is not measured";
+            return false;
+        }
+        bool ok = true;
+        auto bind = [&](auto& function, const char* symbol) {
+            function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, symbol));
+            ok = ok && function != nullptr;
+        };
+        bind(create, "cublasLtCreate");
+        bind(destroy, "cublasLtDestroy");
+        bind(descCreate, "cublasLtMatmulDescCreate");
+        bind(descDestroy, "cublasLtMatmulDescDestroy");
+        bind(descSet, "cublasLtMatmulDescSetAttribute");
+        bind(layoutCreate, "cublasLtMatrixLayoutCreate");
+        bind(layoutDestroy, "cublasLtMatrixLayoutDestroy");
+        bind(preferenceCreate, "cublasLtMatmulPreferenceCreate");
+        bind(preferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+        bind(preferenceSet, "cublasLtMatmulPreferenceSetAttribute");
+        bind(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+        bind(matmul, "cublasLtMatmul");
+        if (!ok) error = "libcublasLt lacks a symbol gemma-bench needs";
+        return ok;
+    }
+};
+
 bool measureGemm(Ceilings& ceilings, std::string& error) {
+    CublasLt lt;
+    if (!lt.load(error)) return false;
     const int n = 8192;
     const std::size_t bytes = static_cast<std::size_t>(n) * n * 2;
     Device a, b, c, workspace;
@@ -92,24 +144,24 @@ bool measureGemm(Ceilings& ceilings, std::string& error) {
         BENCH_CHECK(cudaMemcpy(b.p, host.data(), bytes, cudaMemcpyHostToDevice));
     }
     cublasLtHandle_t handle;
-    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    if (lt.create(&handle) != CUBLAS_STATUS_SUCCESS) {
         error = "cublasLtCreate failed";
         return false;
     }
     cublasLtMatmulDesc_t op;
-    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    lt.descCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     const cublasOperation_t transpose = CUBLAS_OP_T;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose);
+    lt.descSet(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose);
     cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n);
-    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n);
-    cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n);
+    lt.layoutCreate(&la, CUDA_R_16BF, n, n, n);
+    lt.layoutCreate(&lb, CUDA_R_16BF, n, n, n);
+    lt.layoutCreate(&lc, CUDA_R_16BF, n, n, n);
     cublasLtMatmulPreference_t preference;
-    cublasLtMatmulPreferenceCreate(&preference);
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes, sizeof workspaceBytes);
+    lt.preferenceCreate(&preference);
+    lt.preferenceSet(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes, sizeof workspaceBytes);
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, lc, lc, preference, 1, &heuristic, &found);
+    lt.heuristic(handle, op, la, lb, lc, lc, preference, 1, &heuristic, &found);
     bool ok = found > 0;
     if (!ok) error = "cuBLASLt found no BF16 GEMM algorithm";
     double ms = 0.0;
@@ -117,17 +169,17 @@ bool measureGemm(Ceilings& ceilings, std::string& error) {
     if (ok) {
         ok = medianMs(
             [&] {
-                return cublasLtMatmul(handle, op, &alpha, a.p, la, b.p, lb, &beta, c.p, lc, c.p, lc, &heuristic.algo, workspace.p,
+                return lt.matmul(handle, op, &alpha, a.p, la, b.p, lb, &beta, c.p, lc, c.p, lc, &heuristic.algo, workspace.p,
                                       workspaceBytes, nullptr) == CUBLAS_STATUS_SUCCESS;
             },
             3, 10, ms, error);
     }
-    cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(op);
-    cublasLtDestroy(handle);
+    lt.preferenceDestroy(preference);
+    lt.layoutDestroy(la);
+    lt.layoutDestroy(lb);
+    lt.layoutDestroy(lc);
+    lt.descDestroy(op);
+    lt.destroy(handle);
     if (ok) ceilings.bf16GemmTflops = 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
     return ok;
 }

@@ -102,9 +102,7 @@ std::filesystem::path defaultModelPath() {
     namespace fs = std::filesystem;
     std::error_code error;
     if (const char* env = std::getenv("GEMMA_DESK_DEFAULT_MODEL"); env && *env) return env;
-#ifdef GEMMA_DEFAULT_MODEL_PATH
-    if (fs::exists(GEMMA_DEFAULT_MODEL_PATH, error)) return GEMMA_DEFAULT_MODEL_PATH;
-#endif
+    // The installed copy first: an installed tool must not load a model from a source checkout.
     char buffer[4096];
     const ssize_t length = readlink("/proc/self/exe", buffer, sizeof buffer - 1);
     if (length > 0) {
@@ -112,6 +110,9 @@ std::filesystem::path defaultModelPath() {
         const fs::path installed = fs::path(buffer).parent_path().parent_path() / "share/gemma-desk/models/default.gemma";
         if (fs::exists(installed, error)) return installed;
     }
+#ifdef GEMMA_DEFAULT_MODEL_PATH
+    if (fs::exists(GEMMA_DEFAULT_MODEL_PATH, error)) return GEMMA_DEFAULT_MODEL_PATH;
+#endif
     return {};
 }
 

@@ -44,8 +44,8 @@ private:
     std::string error_;
 };
 
-// Where the embedded default model is: $GEMMA_DESK_DEFAULT_MODEL, then the build tree's copy,
-// then <exe>/../share/gemma-desk/models/default.gemma. Empty when none exists.
+// Where the embedded default model is: $GEMMA_DESK_DEFAULT_MODEL, then the installed
+// <exe>/../share/gemma-desk/models/default.gemma, then the build tree's copy. Empty when none exists.
 std::filesystem::path defaultModelPath();
 
 }  // namespace gemma::cli

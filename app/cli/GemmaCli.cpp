@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
          {"dump-logits", true, "write float32 logits of every prompt position and generated token", "FILE"},
          {"device", true, "cpu, cuda or auto (default auto)", "DEVICE"},
          {"context", true, "KV-cache allocation in positions (default 4096)", "N"},
+         {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
          {"quiet", false, "do not print statistics to stderr"}});
     if (!cli.parse(argc, argv)) return fail(cli.error());
     if (cli.has("help")) {
@@ -86,6 +87,11 @@ int main(int argc, char** argv) {
     else if (device == "cuda") options.device = gemma::Device::Cuda;
     else if (device == "auto") options.device = gemma::Device::Auto;
     else return fail("--device must be cpu, cuda or auto, got '" + device + "'");
+
+    const std::string kvCache = cli.value("kv-cache").value_or("f32");
+    if (kvCache == "bf16") options.kvCache = gemma::KvCacheType::Bf16;
+    else if (kvCache == "f32") options.kvCache = gemma::KvCacheType::F32;
+    else return fail("--kv-cache must be bf16 or f32, got '" + kvCache + "'");
 
     std::filesystem::path model = cli.value("model").value_or("");
     if (model.empty()) model = gemma::cli::defaultModelPath();

@@ -110,7 +110,8 @@ struct DeviceCache {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(const Package& package, const ModelWeights& weights) : package_(package), config_(package.config()), weights_(weights) {}
+    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype)
+        : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype) {}
 
     ~CudaBackend() override {
         for (auto& e : events_) cudaEventDestroy(e);
@@ -152,7 +153,7 @@ public:
 
     std::string name() const override { return deviceName_ + " (CUDA)"; }
     int contextAllocation() const override { return allocation_; }
-    int kvBytesPerElement() const override { return 2; }
+    int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
 
     Status resetContext(int allocation) override {
         if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};
@@ -164,7 +165,7 @@ public:
                 if (g.kvShared) continue;
                 auto& cache = caches_[l];
                 cache.capacity = capacityOf(g, allocation);
-                const std::size_t bytes = static_cast<std::size_t>(cache.capacity) * g.kvHeads * g.headDim * 2;
+                const std::size_t bytes = static_cast<std::size_t>(cache.capacity) * g.kvHeads * g.headDim * kc::kvElementBytes(kvDtype_);
                 Status status = cache.keys.allocate(bytes, "allocating the KV cache");
                 if (status) status = cache.values.allocate(bytes, "allocating the KV cache");
                 if (!status) {
@@ -224,7 +225,7 @@ private:
     std::size_t kvBytes(int allocation) const {
         std::size_t bytes = 0;
         for (const auto& g : config_.layers) {
-            if (!g.kvShared) bytes += 2u * static_cast<std::size_t>(capacityOf(g, allocation)) * g.kvHeads * g.headDim * 2;
+            if (!g.kvShared) bytes += 2u * static_cast<std::size_t>(capacityOf(g, allocation)) * g.kvHeads * g.headDim * kc::kvElementBytes(kvDtype_);
         }
         return bytes;
     }
@@ -324,7 +325,7 @@ private:
         p.qStride = qWidth_;
         p.kCache = cache.keys.as<void>();
         p.vCache = cache.values.as<void>();
-        p.kvDtype = kc::KvDtype::BF16;
+        p.kvDtype = kvDtype_;
         p.capacity = cache.capacity;
         p.qHeads = config_.numHeads;
         p.kvHeads = g.kvHeads;
@@ -534,7 +535,7 @@ private:
             p.invFreq = w.inverseFrequency;
             p.rotatedPairs = g.ropeRotatedPairs;
             p.positions = positions_.as<int>();
-            p.kvDtype = kc::KvDtype::BF16;
+            p.kvDtype = kvDtype_;
             p.qHeads = c.numHeads;
             p.kvHeads = g.kvHeads;
             p.headDim = g.headDim;
@@ -595,6 +596,7 @@ private:
     const Package& package_;
     const ModelConfig& config_;
     const ModelWeights& weights_;
+    kc::KvDtype kvDtype_ = kc::KvDtype::BF16;
     std::string deviceName_;
     cudaStream_t stream_ = nullptr;
     DeviceBuffer weightsOnDevice_, frequencyTable_;
@@ -615,8 +617,9 @@ private:
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation) {
-    auto backend = std::make_unique<CudaBackend>(package, weights);
+Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
+                                                  KvCacheType kvCache) {
+    auto backend = std::make_unique<CudaBackend>(package, weights, kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -78,12 +78,14 @@ bool isQuantized(const Package& package) { return package.metadata().linearForma
 
 // Picks and builds the backend: `cuda` insists on the GPU; `auto` takes it when the build has
 // CUDA, a device is present and the package is quantized (the kernels stream FP4), else the CPU.
-Expected<std::unique_ptr<Backend>> makeBackend(Device device, const Package& package, const ModelWeights& weights, int allocation) {
+Expected<std::unique_ptr<Backend>> makeBackend(const OpenOptions& options, const Package& package, const ModelWeights& weights) {
+    const Device device = options.device;
+    const int allocation = options.contextAllocation;
 #if GEMMA_WITH_CUDA
     const bool wantGpu = device == Device::Cuda || (device == Device::Auto && cudaDeviceAvailable() && isQuantized(package));
     if (wantGpu) {
         if (!cudaDeviceAvailable()) return Status{ErrorCode::Device, "no CUDA device is available (use --device cpu)"};
-        return makeCudaBackend(package, weights, allocation);
+        return makeCudaBackend(package, weights, allocation, options.kvCache);
     }
 #else
     (void)isQuantized;
@@ -119,7 +121,7 @@ public:
                                                 " pieces but the model's vocabulary is " + std::to_string(package_->config().vocabSize)};
         }
         if (progress && !progress(0.6, "allocating the KV cache")) return {ErrorCode::Cancelled, "loading cancelled"};
-        auto backend = makeBackend(options.device, *package_, *weights_, options.contextAllocation);
+        auto backend = makeBackend(options, *package_, *weights_);
         if (!backend) return backend.status();
         backend_ = std::move(backend.value());
 

@@ -21,7 +21,8 @@
 //
 // Layouts: q/out [rows][stride] fp32, head h at h·headDim; caches [capacity][kvHeads][headDim]
 // (fp32 or bf16 bits), row r's cache at r·cacheBatchStride elements.
-// Preconditions (checked): headDim ∈ {128, 256, 512}; qHeads % kvHeads == 0; group size
+// Preconditions (checked): headDim ∈ {32, 64, 128, 256, 512} (32 and 64: the tiny test and demo
+// models); qHeads % kvHeads == 0; group size
 // g <= 8192 / headDim (16 at 512, 32 at 256, 64 at 128); the shared memory fits the device;
 // q, caches and workspace 16-byte aligned, (cacheBatchStride · element bytes) % 16 == 0.
 // Not checkable on the host: positions[r] >= 0 (a negative position yields NaN output).
@@ -374,7 +375,8 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         return KernelStatus::InvalidArgument;
     if (p.qHeads < 1 || p.kvHeads < 1 || p.qHeads % p.kvHeads != 0 || p.rows < 1 || p.capacity < 1)
         return KernelStatus::InvalidArgument;
-    if (p.headDim != 128 && p.headDim != 256 && p.headDim != 512) return KernelStatus::Unsupported;
+    if (p.headDim != 32 && p.headDim != 64 && p.headDim != 128 && p.headDim != 256 && p.headDim != 512)
+        return KernelStatus::Unsupported;
     const int g = p.qHeads / p.kvHeads;
     const int maxGroup = (kThreads / (p.headDim / 8)) * kMaxHeadsPerThread;
     if (g > maxGroup) return KernelStatus::Unsupported;
@@ -397,6 +399,10 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
     cudaError_t err;
     const bool bf16 = p.kvDtype == KvDtype::BF16;
     switch (p.headDim) {
+        case 32: err = bf16 ? launchTyped<32, std::uint16_t>(p, splits, facts.device, stream)
+                            : launchTyped<32, float>(p, splits, facts.device, stream); break;
+        case 64: err = bf16 ? launchTyped<64, std::uint16_t>(p, splits, facts.device, stream)
+                            : launchTyped<64, float>(p, splits, facts.device, stream); break;
         case 128: err = bf16 ? launchTyped<128, std::uint16_t>(p, splits, facts.device, stream)
                              : launchTyped<128, float>(p, splits, facts.device, stream); break;
         case 256: err = bf16 ? launchTyped<256, std::uint16_t>(p, splits, facts.device, stream)

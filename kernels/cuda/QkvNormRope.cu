@@ -11,7 +11,7 @@
 // heads, then kvHeads V heads. Lane l holds pairs j = l + 32t (t < d/64), so both halves of each
 // pair it rotates are in its registers.
 //
-// Preconditions (checked): headDim % 64 == 0 and <= 512; qHeads >= 1; with k: kvHeads >= 1,
+// Preconditions (checked): headDim even and <= 512 (below 64, lanes past headDim/2 idle); qHeads >= 1; with k: kvHeads >= 1,
 // caches non-null, capacity >= 1, kNormWeight non-null; rotatedPairs in [0, headDim/2];
 // invFreq non-null when rotatedPairs > 0. A negative position writes nothing to the cache.
 #include "QkvNormRope.h"
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
     int head = static_cast<int>(task % tasksPerRow);
     const int d = p.headDim;
     const int half = d / 2;
-    const int pairsPerLane = d / 64;
+    const int pairsPerLane = (half + 31) / 32;  // head dims below 64 leave upper lanes idle
 
     enum Kind { kQ, kK, kV } kind;
     const float* src;
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
     float ss = 0.0f;
 #pragma unroll
     for (int t = 0; t < kMaxPairsPerLane; ++t) {
-        if (t < pairsPerLane) {
+        if (t < pairsPerLane && lane + 32 * t < half) {
             const int j = lane + 32 * t;
             a[t] = src[j];
             b[t] = src[j + half];
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
     const int pos = p.positions[row];
 #pragma unroll
     for (int t = 0; t < kMaxPairsPerLane; ++t) {
-        if (t < pairsPerLane) {
+        if (t < pairsPerLane && lane + 32 * t < half) {
             const int j = lane + 32 * t;
             const float wa = weight ? weight[j] : 1.0f;
             const float wb = weight ? weight[j + half] : 1.0f;
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
         float* dst = p.qOut + row * p.qStride + static_cast<std::int64_t>(head) * d;
 #pragma unroll
         for (int t = 0; t < kMaxPairsPerLane; ++t) {
-            if (t < pairsPerLane) {
+            if (t < pairsPerLane && lane + 32 * t < half) {
                 dst[lane + 32 * t] = a[t];
                 dst[lane + 32 * t + half] = b[t];
             }
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
     void* cache = kind == kK ? p.kCache : p.vCache;
 #pragma unroll
     for (int t = 0; t < kMaxPairsPerLane; ++t) {
-        if (t < pairsPerLane) {
+        if (t < pairsPerLane && lane + 32 * t < half) {
             storeKv(cache, p.kvDtype, base + lane + 32 * t, a[t]);
             storeKv(cache, p.kvDtype, base + lane + 32 * t + half, b[t]);
         }
@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
 // ---- host launcher ---------------------------------------------------------------------------------
 KernelStatus launchQkvNormRope(const QkvNormRopeParams& p, cudaStream_t stream) {
     if (!p.q || !p.qOut || !p.qNormWeight || !p.positions) return KernelStatus::InvalidArgument;
-    if (p.qHeads < 1 || p.rows < 1 || p.headDim < 64) return KernelStatus::InvalidArgument;
-    if (p.headDim % 64 != 0 || p.headDim > 64 * qkvdetail::kMaxPairsPerLane)
+    if (p.qHeads < 1 || p.rows < 1 || p.headDim < 2) return KernelStatus::InvalidArgument;
+    if (p.headDim % 2 != 0 || p.headDim > 64 * qkvdetail::kMaxPairsPerLane)
         return KernelStatus::Unsupported;
     if (p.qStride < static_cast<std::int64_t>(p.qHeads) * p.headDim) return KernelStatus::InvalidArgument;
     if (p.rotatedPairs < 0 || p.rotatedPairs > p.headDim / 2) return KernelStatus::InvalidArgument;
