@@ -7,11 +7,11 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libsentencepiece-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
-  qt6-base-dev qt6-charts-dev libqt6sql6-sqlite libgl-dev
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libqt6sql6-sqlite libgl-dev
   xvfb xauth
 )
 if [[ "${GEMMA_PACKAGING:-0}" == 1 ]]; then
-  packages+=(dpkg-dev file lintian fakeroot)
+  packages+=(dpkg-dev file lintian fakeroot desktop-file-utils appstream strace)
 fi
 
 missing=()

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-bash scripts/install-deps.sh
+# The installer tests (CPack DEB/TGZ, lintian) run too, so the packaging tools are installed.
+GEMMA_PACKAGING=${GEMMA_PACKAGING:-1} bash scripts/install-deps.sh
 
 jobs=$(nproc)
 build=${GEMMA_BUILD_DIR:-$root/build}
