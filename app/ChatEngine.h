@@ -47,8 +47,8 @@ public:
     // Thread-safe; stops the running call at its next token / progress report.
     virtual void cancel() = 0;
 
-    // Measured memory-bandwidth ceiling of the device in GB/s. The engine does not report it yet,
-    // so the real adapter returns nullopt and the perf panel says "not measured".
+    // Measured memory-bandwidth ceiling of the device in GB/s (the real adapter measures it once per
+    // load with Engine::measureReadBandwidth); nullopt makes the perf panel say "not measured".
     virtual std::optional<double> measuredBandwidthGBps() const = 0;
 };
 

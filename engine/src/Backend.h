@@ -19,7 +19,9 @@ public:
     // (Re)allocates the KV cache for `allocation` positions and forgets all context.
     virtual Status resetContext(int allocation) = 0;
     virtual int contextAllocation() const = 0;
-    virtual int kvBytesPerElement() const = 0;  // 4 (fp32, CPU) or 2 (bf16, CUDA)
+    virtual int kvBytesPerElement() const = 0;  // 4 (f32) or 2 (bf16, CUDA only)
+    // Streaming-read bandwidth of the memory this backend's weights live in, GB/s (Engine.h).
+    virtual Expected<double> measureReadBandwidth() = 0;
     // Runs tokens at positions [startPosition, startPosition + tokens.size()). Positions must
     // continue the context (startPosition == the number of positions already run). Writes the
     // logits of every position when `allPositions`, else only of the last, row-major into `logits`.

@@ -2,6 +2,7 @@
 #include "CpuBackend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 
@@ -57,6 +58,31 @@ public:
     std::string name() const override { return "cpu (fp32 reference)"; }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return 4; }
+
+    Expected<double> measureReadBandwidth() override {
+        // 512 MiB of non-zero words, read by every pool thread (XOR-folded so the loads stay).
+        const std::size_t words = (std::size_t{512} << 20) / 8;
+        std::vector<std::uint64_t> buffer;
+        try {
+            buffer.resize(words);
+        } catch (const std::bad_alloc&) {
+            return Status{ErrorCode::OutOfMemory, "no memory for the bandwidth probe"};
+        }
+        for (std::size_t i = 0; i < words; ++i) buffer[i] = i * 0x9E3779B97F4A7C15ull + 1;
+        std::vector<double> seconds;
+        std::atomic<std::uint64_t> sink{0};
+        for (int pass = 0; pass < 5; ++pass) {
+            const auto start = std::chrono::steady_clock::now();
+            pool_.parallelFor(static_cast<std::int64_t>(words), [&](std::int64_t begin, std::int64_t end) {
+                std::uint64_t fold = 0;
+                for (std::int64_t i = begin; i < end; ++i) fold ^= buffer[static_cast<std::size_t>(i)];
+                sink.fetch_xor(fold, std::memory_order_relaxed);
+            });
+            seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        std::sort(seconds.begin(), seconds.end());
+        return static_cast<double>(words * 8) / seconds[2] / 1e9;
+    }
 
     Status resetContext(int allocation) override {
         if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};

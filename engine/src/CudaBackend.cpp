@@ -21,6 +21,7 @@
 #include "PerLayerInputs.h"
 #include "QkvNormRope.h"
 #include "RmsNorm.h"
+#include "StreamRead.h"
 #include "reference/ReferenceOps.h"
 
 namespace gemma {
@@ -154,6 +155,33 @@ public:
     std::string name() const override { return deviceName_ + " (CUDA)"; }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
+
+    Expected<double> measureReadBandwidth() override {
+        std::size_t freeBytes = 0, totalBytes = 0;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo"));
+        const std::size_t bytes = std::min<std::size_t>(std::size_t{1} << 30, freeBytes / 8) & ~std::size_t{255};
+        if (bytes < (std::size_t{64} << 20)) return Status{ErrorCode::OutOfMemory, "too little free GPU memory for the bandwidth probe"};
+        DeviceBuffer probe, sink;
+        GEMMA_RETURN_IF_ERROR(probe.allocate(bytes, "bandwidth probe"));
+        GEMMA_RETURN_IF_ERROR(sink.allocate(1 << 20, "bandwidth probe"));
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemsetAsync(probe.as<void>(), 0x5A, bytes, stream_), "bandwidth probe"));
+        kc::StreamReadParams p;
+        p.data = probe.as<void>();
+        p.bytes = static_cast<std::int64_t>(bytes);
+        p.sink = sink.as<std::uint32_t>();
+        std::vector<float> samples;
+        for (int pass = 0; pass < 6; ++pass) {
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaEventRecord(events_[0], stream_), "bandwidth probe"));
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchStreamRead(p, stream_), "stream read"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaEventRecord(events_[1], stream_), "bandwidth probe"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaEventSynchronize(events_[1]), "bandwidth probe"));
+            float ms = 0.0f;
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaEventElapsedTime(&ms, events_[0], events_[1]), "bandwidth probe"));
+            if (pass > 0) samples.push_back(ms);  // the first pass is warm-up
+        }
+        std::sort(samples.begin(), samples.end());
+        return static_cast<double>(bytes) / (samples[samples.size() / 2] * 1e-3) / 1e9;
+    }
 
     Status resetContext(int allocation) override {
         if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};

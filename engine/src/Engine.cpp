@@ -262,6 +262,8 @@ public:
         return stats;
     }
 
+    Expected<double> measureReadBandwidth() override { return backend_->measureReadBandwidth(); }
+
     Expected<DecodeBenchmarkResult> benchmarkDecode(const DecodeBenchmarkRequest& request, const ProgressCallback& progress) override {
         clearCancel();
         if (request.promptTokens < 1 || request.decodeTokens < 1 ||

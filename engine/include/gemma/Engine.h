@@ -163,6 +163,12 @@ public:
     virtual Expected<DecodeBenchmarkResult> benchmarkDecode(const DecodeBenchmarkRequest& request,
                                                             const ProgressCallback& progress) = 0;
 
+    // The read bandwidth of the memory the weights stream from (GPU memory for the CUDA backend,
+    // host memory for the CPU backend), measured now with a streaming read of a buffer well past
+    // the caches; median of five passes, in GB/s. The ceiling decode speed is judged against
+    // (PERF.md). Takes well under a second.
+    virtual Expected<double> measureReadBandwidth() = 0;
+
     // Thread-safe: asks a running generate()/benchmarkDecode() to stop at the next token.
     void cancel() { cancelRequested_.store(true, std::memory_order_relaxed); }
 
