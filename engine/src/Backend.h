@@ -30,4 +30,22 @@ public:
                            std::vector<float>& logits, StepStats* stats) = 0;
 };
 
+// The preconditions every backend's forward() checks first (one place, one set of messages).
+inline Status checkForwardRequest(std::span<const std::int32_t> tokens, int startPosition, int position, int allocation,
+                                  int vocabSize) {
+    if (allocation == 0) return {ErrorCode::Internal, "forward() before resetContext()"};
+    if (startPosition != position) return {ErrorCode::Internal, "positions must continue the context"};
+    if (tokens.empty()) return {ErrorCode::InvalidArgument, "no tokens to run"};
+    if (static_cast<std::int64_t>(startPosition) + static_cast<std::int64_t>(tokens.size()) > allocation) {
+        return {ErrorCode::InvalidArgument, "the context allocation of " + std::to_string(allocation) + " positions is full"};
+    }
+    for (auto id : tokens) {
+        if (id < 0 || id >= vocabSize) {
+            return {ErrorCode::InvalidArgument,
+                    "token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(vocabSize - 1) + ")"};
+        }
+    }
+    return Status::ok();
+}
+
 }  // namespace gemma

@@ -119,18 +119,7 @@ public:
 
     Status forward(std::span<const std::int32_t> tokens, int startPosition, bool allPositions, std::vector<float>& logits,
                    StepStats* stats) override {
-        if (allocation_ == 0) return {ErrorCode::Internal, "forward() before resetContext()"};
-        if (startPosition != position_) return {ErrorCode::Internal, "positions must continue the context"};
-        if (tokens.empty()) return {ErrorCode::InvalidArgument, "no tokens to run"};
-        if (static_cast<std::int64_t>(startPosition) + static_cast<std::int64_t>(tokens.size()) > allocation_) {
-            return {ErrorCode::InvalidArgument, "the context allocation of " + std::to_string(allocation_) + " positions is full"};
-        }
-        for (auto id : tokens) {
-            if (id < 0 || id >= config_.vocabSize) {
-                return {ErrorCode::InvalidArgument, "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                                                        std::to_string(config_.vocabSize - 1) + ")"};
-            }
-        }
+        GEMMA_RETURN_IF_ERROR(checkForwardRequest(tokens, startPosition, position_, allocation_, config_.vocabSize));
         const auto vocab = static_cast<std::size_t>(config_.vocabSize);
         logits.assign((allPositions ? tokens.size() : 1) * vocab, 0.0f);
         std::vector<float> chunkLogits;
