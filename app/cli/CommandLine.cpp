@@ -1,7 +1,10 @@
 #include "CommandLine.h"
 
+#include "gemma/Engine.h"
+
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <sstream>
 #include <unistd.h>
 
@@ -48,6 +51,22 @@ bool CommandLine::parse(int argc, char** argv) {
         values_[name] = value;
     }
     return true;
+}
+
+std::optional<int> CommandLine::parseStandard(int argc, char** argv) {
+    if (!parse(argc, argv)) {
+        std::cerr << program_ << ": " << error_ << "\n";
+        return 1;
+    }
+    if (has("help")) {
+        std::cout << helpText();
+        return 0;
+    }
+    if (has("version")) {
+        std::cout << program_ << " " << engineVersion() << "\n";
+        return 0;
+    }
+    return std::nullopt;
 }
 
 std::string CommandLine::helpText() const {

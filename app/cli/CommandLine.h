@@ -25,6 +25,9 @@ public:
 
     // Parses argv; on failure returns false and sets error(). Positional arguments are kept.
     bool parse(int argc, char** argv);
+    // parse() plus the options every tool shares: prints the error (stderr, exit code 1), --help
+    // or --version (stdout, exit code 0) and returns the exit code; nullopt means "carry on".
+    std::optional<int> parseStandard(int argc, char** argv);
     const std::string& error() const { return error_; }
     std::string helpText() const;
 

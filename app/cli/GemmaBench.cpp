@@ -104,18 +104,7 @@ int main(int argc, char** argv) {
          {"markdown", true, "also write the markdown tables to a file", "FILE"},
          {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
-    if (!cli.parse(argc, argv)) {
-        std::cerr << "gemma-bench: " << cli.error() << "\n";
-        return 1;
-    }
-    if (cli.has("help")) {
-        std::cout << cli.helpText();
-        return 0;
-    }
-    if (cli.has("version")) {
-        std::cout << "gemma-bench " << gemma::engineVersion() << "\n";
-        return 0;
-    }
+    if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     std::string error;
     const auto allocations = parseList(cli.value("allocations").value_or("4096,16384,32768"), error);
     const auto depths = parseList(cli.value("depths").value_or("0,8192,32768"), error);

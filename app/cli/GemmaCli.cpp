@@ -60,15 +60,7 @@ int main(int argc, char** argv) {
          {"context", true, "KV-cache allocation in positions (default 4096)", "N"},
          {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
          {"quiet", false, "do not print statistics to stderr"}});
-    if (!cli.parse(argc, argv)) return fail(cli.error());
-    if (cli.has("help")) {
-        std::cout << cli.helpText();
-        return 0;
-    }
-    if (cli.has("version")) {
-        std::cout << "gemma-cli " << gemma::engineVersion() << "\n";
-        return 0;
-    }
+    if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     if (!cli.positional().empty()) return fail("unexpected argument '" + cli.positional().front() + "' (see --help)");
     if (cli.has("prompt") == cli.has("tokens")) return fail("give exactly one of --prompt and --tokens (see --help)");
 

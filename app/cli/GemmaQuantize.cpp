@@ -19,18 +19,7 @@ int main(int argc, char** argv) {
     for (auto& arg : args) {
         if (std::string(arg) == "-o") arg = dashO.data();
     }
-    if (!cli.parse(static_cast<int>(args.size()), args.data())) {
-        std::cerr << "gemma-quantize: " << cli.error() << "\n";
-        return 1;
-    }
-    if (cli.has("help")) {
-        std::cout << cli.helpText();
-        return 0;
-    }
-    if (cli.has("version")) {
-        std::cout << "gemma-quantize " << gemma::engineVersion() << "\n";
-        return 0;
-    }
+    if (auto exitCode = cli.parseStandard(static_cast<int>(args.size()), args.data())) return *exitCode;
     const auto output = cli.value("o") ? cli.value("o") : cli.value("output");
     if (cli.positional().size() != 1 || !output) {
         std::cerr << "gemma-quantize: need one INPUT_DIR and -o OUTPUT_FILE (see --help)\n";
