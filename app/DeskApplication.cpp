@@ -198,8 +198,12 @@ void DeskApplication::connectEngine() {
             [panel](quint64, const QString&, const QVector<gemma::StepStats>& steps) {
                 QVector<deskui::PerfStepSample> samples;
                 samples.reserve(steps.size());
-                for (const gemma::StepStats& step : steps) samples.push_back(toSample(step));
-                panel->appendSamples(samples);
+                // The first token of a reply carries the prefill of the whole prompt: it is not a
+                // decode step, and charting it would dwarf every real one.
+                for (const gemma::StepStats& step : steps) {
+                    if (step.positions == 1) samples.push_back(toSample(step));
+                }
+                if (!samples.isEmpty()) panel->appendSamples(samples);
             });
     connect(controller, &EngineController::loadStarted, this, [this](const QString& what) {
         loadingName_ = QFileInfo(what).completeBaseName();

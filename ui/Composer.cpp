@@ -85,6 +85,9 @@ void Composer::setGenerating(bool generating) {
 void Composer::setInputEnabled(bool enabled, const QString& placeholder) {
     inputEnabled_ = enabled;
     editor_->setPlaceholderText(placeholder);
+    // QPlainTextEdit paints the placeholder in its viewport, which setPlaceholderText does not
+    // repaint: without this the old text lingers until the next focus or keystroke.
+    editor_->viewport()->update();
     updateButtons();
 }
 

@@ -195,6 +195,7 @@ public:
         const auto begin = Clock::now();
         StepStats prefillStep;
         prefillStep.position = 0;
+        prefillStep.positions = static_cast<int>(prompt.size());
         GEMMA_RETURN_IF_ERROR(backend_->forward(prompt, 0, static_cast<bool>(request.onLogits), logits, &prefillStep));
         stats.prefillMs = msSince(begin);
         if (request.onLogits) {

@@ -60,6 +60,18 @@ const Fp4ByteTable& fp4ByteTable() {
     return table;
 }
 
+// Every E4M3 code's value (the CPU lm_head and embedding gathers decode through it).
+struct E4M3Table {
+    float values[256];
+    E4M3Table() {
+        for (unsigned code = 0; code < 256; ++code) values[code] = fmt::e4m3ToFloat(static_cast<std::uint8_t>(code));
+    }
+};
+const E4M3Table& e4m3Table() {
+    static const E4M3Table table;
+    return table;
+}
+
 }  // namespace
 
 void linearF32(const float* weight, std::int64_t out, std::int64_t in, const float* x,
@@ -108,7 +120,8 @@ void linearFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int6
 }
 
 void dequantizeFp8Row(const std::uint8_t* codesRow, float rowScale, std::int64_t n, float* out) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = fmt::e4m3ToFloat(codesRow[i]) * rowScale;
+    const auto& table = e4m3Table().values;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = table[codesRow[i]] * rowScale;
 }
 
 void linearFp8Rows(const std::uint8_t* codes, const float* rowScales, std::int64_t out,
@@ -116,7 +129,8 @@ void linearFp8Rows(const std::uint8_t* codes, const float* rowScales, std::int64
     std::vector<float> values(static_cast<std::size_t>(in));
     for (std::int64_t o = 0; o < out; ++o) {
         const std::uint8_t* codesRow = codes + o * in;
-        for (std::int64_t i = 0; i < in; ++i) values[i] = fmt::e4m3ToFloat(codesRow[i]);
+        const auto& table = e4m3Table().values;
+        for (std::int64_t i = 0; i < in; ++i) values[i] = table[codesRow[i]];
         for (std::int64_t r = 0; r < rows; ++r) y[r * out + o] = dot(values.data(), x + r * in, in) * rowScales[o];
     }
 }

@@ -28,6 +28,8 @@ const char* bucketName(Bucket bucket);
 
 struct StepStats {
     int position = 0;                 // absolute position of the token this step consumed
+    int positions = 1;                // positions the step ran: the prompt length for the first
+                                      // token of a reply (its step is the prefill), 1 when decoding
     double wallMs = 0.0;              // host wall time of the whole step
     std::array<double, kBucketCount> bucketMs{};  // per-bucket time; Gap derived
     std::array<int, kBucketCount> launches{};     // kernels (GPU) or op calls (CPU) per bucket
