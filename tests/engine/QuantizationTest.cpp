@@ -207,3 +207,15 @@ TEST(Fp8Quantizer, RowScaleAndRelativeErrorBound) {
         EXPECT_LE(std::fabs(out[i] - row[i]), std::max(std::fabs(row[i]) / 16.0f, 0.5f * 0.001953125f * scale) * 1.001f);
     }
 }
+
+TEST(Fp16, DecodesNormalsSubnormalsAndSpecials) {
+    EXPECT_EQ(fmt::fp16ToFloat(0x3C00), 1.0f);
+    EXPECT_EQ(fmt::fp16ToFloat(0xC000), -2.0f);
+    EXPECT_EQ(fmt::fp16ToFloat(0x7BFF), 65504.0f);            // largest normal
+    EXPECT_EQ(fmt::fp16ToFloat(0x0400), 6.103515625e-05f);    // smallest normal, 2^-14
+    EXPECT_EQ(fmt::fp16ToFloat(0x0001), 5.9604644775390625e-08f);  // smallest subnormal, 2^-24
+    EXPECT_EQ(fmt::fp16ToFloat(0x3555), 0.333251953125f);
+    EXPECT_TRUE(std::isinf(fmt::fp16ToFloat(0x7C00)));
+    EXPECT_TRUE(std::isnan(fmt::fp16ToFloat(0x7E00)));
+    EXPECT_TRUE(std::signbit(fmt::fp16ToFloat(0x8000)));
+}
