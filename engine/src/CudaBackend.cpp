@@ -111,10 +111,11 @@ struct DeviceCache {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype)
-        : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype) {}
+    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph)
+        : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph) {}
 
     ~CudaBackend() override {
+        dropGraph();
         for (auto& e : events_) cudaEventDestroy(e);
         if (stream_) cudaStreamDestroy(stream_);
     }
@@ -152,7 +153,7 @@ public:
         return resetContext(allocation);
     }
 
-    std::string name() const override { return deviceName_ + " (CUDA)"; }
+    std::string name() const override { return deviceName_ + " (CUDA" + (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")"; }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
 
@@ -186,6 +187,7 @@ public:
     Status resetContext(int allocation) override {
         if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};
         if (allocation != allocation_) {
+            dropGraph();  // the graph holds the old caches' addresses
             caches_.clear();
             caches_.resize(static_cast<std::size_t>(config_.numLayers));
             for (int l = 0; l < config_.numLayers; ++l) {
@@ -214,6 +216,15 @@ public:
         GEMMA_RETURN_IF_ERROR(checkForwardRequest(tokens, startPosition, position_, allocation_, config_.vocabSize));
         const auto vocab = static_cast<std::size_t>(config_.vocabSize);
         logits.assign((allPositions ? tokens.size() : 1) * vocab, 0.0f);
+        if (tokens.size() == 1 && !allPositions && !stats && graphWanted_) {
+            bool usedGraph = false;
+            GEMMA_RETURN_IF_ERROR(decodeStep(tokens[0], startPosition, usedGraph));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(logits.data(), logits_.as<float>(), vocab * 4, cudaMemcpyDeviceToHost, stream_),
+                                            "copying logits"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
+            position_ += 1;
+            return Status::ok();
+        }
         for (std::size_t begin = 0; begin < tokens.size(); begin += kChunk) {
             const int rows = static_cast<int>(std::min<std::size_t>(kChunk, tokens.size() - begin));
             const bool last = begin + static_cast<std::size_t>(rows) == tokens.size();
@@ -441,15 +452,77 @@ private:
         return kernelError(kc::launchRmsNormResidual(p, stream_), "rms norm");
     }
 
-    Status runChunk(std::span<const std::int32_t> tokens, int start, bool wantLogits, bool allPositions, StepStats* stats) {
-        const auto& c = config_;
+    // Token ids and positions go to device memory first: every kernel reads them from there, so a
+    // captured graph of the launches below serves every decode step and every live length.
+    Status uploadInputs(std::span<const std::int32_t> tokens, int start) {
         const int rows = static_cast<int>(tokens.size());
-        const std::int64_t H = c.hiddenSize;
         std::vector<int> hostPositions(static_cast<std::size_t>(rows));
         for (int r = 0; r < rows; ++r) hostPositions[static_cast<std::size_t>(r)] = start + r;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(tokens_.as<int>(), tokens.data(), rows * 4u, cudaMemcpyHostToDevice, stream_), "tokens"));
-        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(positions_.as<int>(), hostPositions.data(), rows * 4u, cudaMemcpyHostToDevice, stream_),
-                                        "positions"));
+        return cudaError(cudaMemcpyAsync(positions_.as<int>(), hostPositions.data(), rows * 4u, cudaMemcpyHostToDevice, stream_),
+                         "positions");
+    }
+
+    Status runChunk(std::span<const std::int32_t> tokens, int start, bool wantLogits, bool allPositions, StepStats* stats) {
+        GEMMA_RETURN_IF_ERROR(uploadInputs(tokens, start));
+        return launchChunk(static_cast<int>(tokens.size()), wantLogits, allPositions, stats);
+    }
+
+    // ---- the decode step as one CUDA graph (opt-in: OpenOptions::cudaGraph) -----------------------
+    // Captured on first use for the current allocation, then checked once: the same step run by
+    // direct launches and by a replay must give bit-identical logits (the KV write at that position
+    // is idempotent). Any capture error or mismatch turns the graph off for this backend and
+    // records why (graphStatus()); decoding carries on with direct launches.
+    Status decodeStep(std::int32_t token, int position, bool& usedGraph) {
+        usedGraph = false;
+        const std::int32_t input[1] = {token};
+        GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));
+        if (!graphWanted_ || graphFailed_) return launchChunk(1, true, false, nullptr);
+        if (!graphExec_) {
+            cudaGraph_t graph = nullptr;
+            cudaError_t error = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+            Status launched = error == cudaSuccess ? launchChunk(1, true, false, nullptr) : cudaError(error, "begin capture");
+            const cudaError_t endError = error == cudaSuccess ? cudaStreamEndCapture(stream_, &graph) : cudaSuccess;
+            if (launched && endError == cudaSuccess && graph) error = cudaGraphInstantiate(&graphExec_, graph, 0);
+            if (graph) cudaGraphDestroy(graph);
+            if (!launched || endError != cudaSuccess || error != cudaSuccess || !graphExec_) {
+                (void)cudaGetLastError();
+                graphFailed_ = true;
+                graphStatus_ = "capture failed: " + (launched ? std::string(cudaGetErrorString(endError != cudaSuccess ? endError : error)) : launched.message());
+                graphExec_ = nullptr;
+                return launchChunk(1, true, false, nullptr);
+            }
+            // Self-check: direct launches first, then a replay of the same step.
+            const std::size_t vocab = static_cast<std::size_t>(config_.vocabSize);
+            std::vector<float> direct(vocab), replay(vocab);
+            GEMMA_RETURN_IF_ERROR(launchChunk(1, true, false, nullptr));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(direct.data(), logits_.as<float>(), vocab * 4, cudaMemcpyDeviceToHost, stream_), "self-check"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaGraphLaunch(graphExec_, stream_), "graph launch"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(replay.data(), logits_.as<float>(), vocab * 4, cudaMemcpyDeviceToHost, stream_), "self-check"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "self-check"));
+            if (std::memcmp(direct.data(), replay.data(), vocab * 4) != 0) {
+                graphFailed_ = true;
+                graphStatus_ = "self-check failed: graph replay and direct launch gave different logits";
+                cudaGraphExecDestroy(graphExec_);
+                graphExec_ = nullptr;
+                return Status::ok();  // logits_ holds the direct (then identical-input) result
+            }
+            graphStatus_ = "on (self-check passed: replay bit-identical to direct launch)";
+            usedGraph = true;
+            return Status::ok();
+        }
+        usedGraph = true;
+        return cudaError(cudaGraphLaunch(graphExec_, stream_), "graph launch");
+    }
+
+    void dropGraph() {
+        if (graphExec_) cudaGraphExecDestroy(graphExec_);
+        graphExec_ = nullptr;
+    }
+
+    Status launchChunk(int rows, bool wantLogits, bool allPositions, StepStats* stats) {
+        const auto& c = config_;
+        const std::int64_t H = c.hiddenSize;
 
         // 1. Scaled embedding gather.
         {
@@ -626,6 +699,10 @@ private:
     DeviceBuffer residual_, normed_, branch_, query_, key_, value_, attended_, ffn_, logits_, tokens_, positions_;
     DeviceBuffer perLayerInputs_, perLayerIdentity_, perLayerGate_, attentionWorkspace_;
     std::int64_t qWidth_ = 0, kvWidth_ = 0, ffnWidth_ = 0;
+    bool graphWanted_ = false;
+    bool graphFailed_ = false;
+    cudaGraphExec_t graphExec_ = nullptr;
+    std::string graphStatus_ = "off";
     std::vector<cudaEvent_t> events_;
     std::vector<Span> spans_;
     int eventCursor_ = 0;
@@ -636,8 +713,9 @@ private:
 }  // namespace
 
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
-                                                  KvCacheType kvCache) {
-    auto backend = std::make_unique<CudaBackend>(package, weights, kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16);
+                                                  KvCacheType kvCache, bool cudaGraph) {
+    auto backend = std::make_unique<CudaBackend>(package, weights, kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
+                                                 cudaGraph);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

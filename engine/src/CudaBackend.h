@@ -18,6 +18,6 @@ bool cudaDeviceAvailable();
 // Fails with OutOfMemory when the weights, the KV cache for `allocation` and the workspaces do not
 // fit in free device memory, with Unsupported for unquantized packages (the kernels stream FP4).
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
-                                                  KvCacheType kvCache);
+                                                  KvCacheType kvCache, bool cudaGraph);
 
 }  // namespace gemma

@@ -85,7 +85,7 @@ Expected<std::unique_ptr<Backend>> makeBackend(const OpenOptions& options, const
     const bool wantGpu = device == Device::Cuda || (device == Device::Auto && cudaDeviceAvailable() && isQuantized(package));
     if (wantGpu) {
         if (!cudaDeviceAvailable()) return Status{ErrorCode::Device, "no CUDA device is available (use --device cpu)"};
-        return makeCudaBackend(package, weights, allocation, options.kvCache);
+        return makeCudaBackend(package, weights, allocation, options.kvCache, options.cudaGraph);
     }
 #else
     (void)isQuantized;
@@ -307,6 +307,7 @@ public:
             }
         }
         const Status restore = backend_->resetContext(previous);
+        info_.backend = backend_->name();  // e.g. whether a CUDA graph passed its self-check
         if (!status) return status;
         if (!restore) return restore;
         result.msPerToken = totalMs / request.decodeTokens;

@@ -111,6 +111,9 @@ struct OpenOptions {
     Device device = Device::Auto;
     int contextAllocation = 4096;  // KV slots of full-attention layers
     KvCacheType kvCache = KvCacheType::F32;
+    // Replay uninstrumented single-token decode steps as one CUDA graph (self-checked against direct
+    // launches on first use). Off by default: not yet measured on a GPU (docs/PERFORMANCE.md).
+    bool cudaGraph = false;
 };
 
 struct MemoryEstimate {
