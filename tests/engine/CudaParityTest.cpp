@@ -130,6 +130,26 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     compare(exact, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs transformers", 1e-3);
 }
 
+// The opt-in decode graph must pass its own bit-identical self-check (CudaBackend::decodeStep)
+// on a real model geometry; the backend's name reports the outcome.
+TEST(CudaGraph, DecodeGraphPassesItsSelfCheck) {
+    const fs::path folder = gemma::test::goldens() / "e2b_like";
+    gemma::test::ScratchDir scratch("graph");
+    ASSERT_TRUE(gemma::quantizeCheckpoint(folder / "hf", scratch / "model.gemma", {}));
+    gemma::OpenOptions options{gemma::Device::Cuda, 256};
+    options.cudaGraph = true;
+    auto engine = gemma::Engine::open(scratch / "model.gemma", options);
+    ASSERT_TRUE(engine) << engine.status().message();
+    gemma::DecodeBenchmarkRequest request;
+    request.contextAllocation = 256;
+    request.promptTokens = 20;
+    request.decodeTokens = 40;  // crosses the 16-token sliding window: rings wrap under the graph
+    request.instrumented = false;
+    auto result = (*engine)->benchmarkDecode(request, {});
+    ASSERT_TRUE(result) << result.status().message();
+    EXPECT_NE((*engine)->info().backend.find("graph on (self-check passed"), std::string::npos) << (*engine)->info().backend;
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaParity, ::testing::ValuesIn(goldenModels()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
