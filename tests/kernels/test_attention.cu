@@ -246,6 +246,11 @@ int main() {
         {"e2b sliding 8q/1kv", 8, 1, 256, 512, 512, B, {600}, false},
         {"e4b full 8q/2kv d512", 8, 2, 512, 0, 4096, B, {10}, false},
         {"mqa b4 own caches mixed lengths", 16, 1, 512, 0, 4096, B, {0, 16, 500, 4095}, true},
+        // Small head dims of the golden and demo models (d 64 / 32), incl. ring wrap and prefill rows.
+        {"demo sliding d64 8q/2kv wrap", 8, 2, 64, 128, 159, B, {700}, false, 0, true},
+        {"demo full d64 fp32 8q/2kv", 8, 2, 64, 0, 512, F, {300}, false},
+        {"golden sliding d32 4q/2kv rows", 4, 2, 32, 16, 47, B, {40, 41, 42, 43}, false},
+        {"golden sliding d32 len1", 4, 1, 32, 16, 47, F, {0}, false},
     };
     if (!quick) {
         fx.push_back({"mqa full len=allocation 32768", 16, 1, 512, 0, 32768, B, {32767}, false, 0, false, true});

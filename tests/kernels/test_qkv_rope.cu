@@ -186,6 +186,11 @@ int main() {
         {"e2b shared layer (q only)", 8, 1, 256, 128, 1e4, true, false, KvDtype::BF16, 512, {777}, false},
         {"gqa d128 fp32", 8, 2, 128, 64, 1e4, false, false, KvDtype::F32, 64, {130}, false},
         {"d128 partial rotation", 8, 2, 128, 16, 1e6, false, false, KvDtype::BF16, 64, {63}, false},
+        // Small head dims of the golden and demo models: d 64 (one pair per lane) and d 32 (lanes
+        // past 16 idle), sliding full rotation and a proportional partial one.
+        {"demo d64 sliding", 8, 2, 64, 32, 1e4, false, false, KvDtype::F32, 159, {700}, false},
+        {"golden d32 sliding rows", 4, 2, 32, 16, 1e4, false, false, KvDtype::F32, 47, {40, 41, 42}, false},
+        {"golden d64 full partial k_eq_v", 4, 1, 64, 8, 1e6, false, true, KvDtype::BF16, 512, {79}, false},
     };
     for (const auto& f : fixtures) runFixture(f, rng, report);
     return report.finish();
