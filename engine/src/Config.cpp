@@ -4,6 +4,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "JsonLimits.h"
+
 namespace gemma {
 namespace {
 
@@ -102,6 +104,7 @@ Status readRope(const Json& config, RopeSettings& rope) {
 }  // namespace
 
 Expected<ModelConfig> ModelConfig::fromJson(std::string_view jsonText) {
+    if (!jsonDepthWithin(jsonText)) return configError("config.json nests too deeply");
     Json root = Json::parse(jsonText.begin(), jsonText.end(), nullptr, /*allow_exceptions=*/false);
     if (root.is_discarded()) return configError("config.json is not valid JSON");
     if (!root.is_object()) return configError("config.json must hold a JSON object");

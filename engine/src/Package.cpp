@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "JsonLimits.h"
 #include "kernels/WeightFormats.h"
 
 namespace gemma {
@@ -104,6 +105,7 @@ Expected<Package> Package::open(const std::filesystem::path& path) {
         return packageError("the manifest location is outside the file");
     }
     const char* manifestText = reinterpret_cast<const char*>(package.file_.data() + header.manifestOffset);
+    if (!jsonDepthWithin(std::string_view(manifestText, header.manifestBytes))) return packageError("the manifest nests too deeply");
     Json manifest = Json::parse(manifestText, manifestText + header.manifestBytes, nullptr, false);
     if (manifest.is_discarded() || !manifest.is_object()) return packageError("the manifest is not valid JSON");
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "JsonLimits.h"
 #include "kernels/WeightFormats.h"
 
 namespace gemma {
@@ -68,6 +69,7 @@ Status Checkpoint::parseFile(const MappedFile& file, std::vector<SourceTensor>& 
                                    std::to_string(file.size()) + " bytes): truncated?");
     }
     const char* headerText = reinterpret_cast<const char*>(file.data() + 8);
+    if (!jsonDepthWithin(std::string_view(headerText, headerBytes))) return fileError(path, "the header nests too deeply to be a safetensors header");
     Json header = Json::parse(headerText, headerText + headerBytes, nullptr, false);
     if (header.is_discarded() || !header.is_object()) return fileError(path, "the header is not a JSON object");
     const std::uint8_t* dataStart = file.data() + 8 + headerBytes;
@@ -139,6 +141,7 @@ Expected<Checkpoint> Checkpoint::open(const std::filesystem::path& folder) {
         std::ifstream in(indexPath, std::ios::binary);
         std::stringstream text;
         text << in.rdbuf();
+        if (!jsonDepthWithin(text.str())) return Status{ErrorCode::InvalidFile, "'model.safetensors.index.json' nests too deeply"};
         Json index = Json::parse(text.str(), nullptr, false);
         if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
             return Status{ErrorCode::InvalidFile, "'model.safetensors.index.json' has no weight_map object"};

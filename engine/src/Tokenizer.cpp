@@ -2,6 +2,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include <cstdio>
+
 namespace gemma {
 
 Tokenizer::Tokenizer() = default;

@@ -364,3 +364,16 @@ TEST_F(CheckpointFixture, FailedConversionLeavesNoFileBehind) {
     EXPECT_FALSE(fs::exists(dir_ / "out.gemma"));
     EXPECT_FALSE(fs::exists(dir_ / "out.gemma.partial"));
 }
+
+TEST_F(CheckpointFixture, DeeplyNestedHeaderIsRejectedNotACrash) {
+    checkpoint_.write(dir_ / "hf");
+    // A million nested arrays would overflow a recursive parser's stack.
+    std::string header(1000000, '[');
+    std::string bytes(8, '\0');
+    const std::uint64_t length = header.size();
+    std::memcpy(bytes.data(), &length, 8);
+    replaceSafetensors(bytes + header);
+    EXPECT_ERROR(quantize(dir_ / "hf", dir_ / "out.gemma"), ErrorCode::InvalidFile, "nests too deeply");
+    gemma::test::writeFile(dir_ / "hf" / "config.json", std::string(200000, '{'));
+    EXPECT_ERROR(quantize(dir_ / "hf", dir_ / "out.gemma"), ErrorCode::InvalidConfig, "nests too deeply");
+}
