@@ -58,6 +58,7 @@ bool expectedTensorBytes(TensorFormat format, const std::vector<std::int64_t>& s
     }
     const auto rows = static_cast<std::uint64_t>(shape.size() == 2 ? shape[0] : 1);
     const auto cols = static_cast<std::uint64_t>(shape.back());
+    if (rows * cols > (std::uint64_t{1} << 40)) return false;  // keeps every byte count below 2^43, no overflow
     switch (format) {
         case TensorFormat::F32:
             dataBytes = rows * cols * 4;
