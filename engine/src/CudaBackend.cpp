@@ -124,6 +124,19 @@ public:
         if (package_.metadata().linearFormat != "fp4-e2m1-g128" || package_.metadata().embeddingFormat != "fp8-e4m3-row") {
             return {ErrorCode::Unsupported, "the CUDA backend runs FP4 packages; this package is unquantized (use --device cpu)"};
         }
+        // Shapes the kernels implement (kernels/cuda headers): refuse others up front, so a model
+        // never fails half-way through its first step.
+        for (const auto& g : config_.layers) {
+            const int d = g.headDim;
+            if (d != 32 && d != 64 && d != 128 && d != 256 && d != 512) {
+                return {ErrorCode::Unsupported, "the CUDA kernels do not implement head dim " + std::to_string(d)};
+            }
+            if (config_.numHeads / g.kvHeads > (128 / (d / 8)) * 8) {
+                return {ErrorCode::Unsupported, "the CUDA attention kernel does not implement " + std::to_string(config_.numHeads / g.kvHeads) +
+                                                    " query heads per KV head at head dim " + std::to_string(d)};
+            }
+        }
+        if (config_.hiddenSize % 16 != 0) return {ErrorCode::Unsupported, "the CUDA lm_head needs a hidden size divisible by 16"};
         int device = 0;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaGetDevice(&device), "cudaGetDevice"));
         cudaDeviceProp properties{};
