@@ -19,7 +19,7 @@
 #include "Fp4Matvec.h"
 #include "Fp8LmHead.h"
 #include "PerLayerInputs.h"
-#include "QkvNormRope.h"
+#include "NormRopeCache.h"
 #include "RmsNorm.h"
 #include "StreamRead.h"
 #include "reference/ReferenceOps.h"

@@ -6,7 +6,7 @@
 
 #include "ModelTensors.h"
 #include "Package.h"
-#include "Quantization.h"
+#include "WeightQuantization.h"
 #include "SafeTensors.h"
 #include "gemma/Quantize.h"
 #include "kernels/WeightFormats.h"

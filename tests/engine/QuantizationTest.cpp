@@ -1,4 +1,4 @@
-// The package's number formats and quantization rules (kernels/WeightFormats.h, Quantization.h).
+// The package's number formats and quantization rules (kernels/WeightFormats.h, WeightQuantization.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "Quantization.h"
+#include "WeightQuantization.h"
 #include "kernels/WeightFormats.h"
 #include "reference/ReferenceOps.h"
 

@@ -1,8 +1,8 @@
 // Harness: q/k RMSNorm + half-split RoPE, v RMSNorm and the K/V cache write
-// (kernels/cuda/QkvNormRope.cu). FP64 host reference over the same fp32 inputs (the RoPE angle is
+// (kernels/cuda/NormRopeCache.cu). FP64 host reference over the same fp32 inputs (the RoPE angle is
 // float(invFreq·float(pos)) as transformers computes it; cos/sin in double). Caches are filled
 // with NaN and every slot except the written ones must stay NaN; qOut is poisoned first.
-#include "../../kernels/cuda/QkvNormRope.cu"
+#include "../../kernels/cuda/NormRopeCache.cu"
 #include "HarnessCommon.h"
 
 using namespace harness;

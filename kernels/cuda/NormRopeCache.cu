@@ -14,7 +14,7 @@
 // Preconditions (checked): headDim even and <= 512 (below 64, lanes past headDim/2 idle); qHeads >= 1; with k: kvHeads >= 1,
 // caches non-null, capacity >= 1, kNormWeight non-null; rotatedPairs in [0, headDim/2];
 // invFreq non-null when rotatedPairs > 0. A negative position writes nothing to the cache.
-#include "QkvNormRope.h"
+#include "NormRopeCache.h"
 
 #include <kernels/WeightFormats.h>
 

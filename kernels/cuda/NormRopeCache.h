@@ -1,4 +1,4 @@
-// q/k RMSNorm + half-split RoPE, v RMSNorm, and the K/V cache write. See QkvNormRope.cu.
+// q/k RMSNorm + half-split RoPE, v RMSNorm, and the K/V cache write. See NormRopeCache.cu.
 #pragma once
 
 #include <cuda_runtime.h>

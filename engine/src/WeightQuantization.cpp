@@ -1,4 +1,4 @@
-#include "Quantization.h"
+#include "WeightQuantization.h"
 
 #include <algorithm>
 #include <cmath>
