@@ -1,5 +1,7 @@
 // gemma-quantize's engine half: HF folder → package (docs/PACKAGE_FORMAT.md).
 #include <cmath>
+#include <functional>
+#include <mutex>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "Package.h"
 #include "WeightQuantization.h"
 #include "SafeTensors.h"
+#include "ThreadPool.h"
 #include "gemma/Quantize.h"
 #include "kernels/WeightFormats.h"
 
@@ -44,35 +47,60 @@ Status checkFinite(const std::vector<float>& values, const std::string& name) {
     return Status::ok();
 }
 
-Status writeTensor(PackageWriter& writer, const TensorSpec& spec, const SourceTensor& source, const QuantizeOptions& options) {
-    std::vector<float> values(static_cast<std::size_t>(source.elements()));
-    GEMMA_RETURN_IF_ERROR(Checkpoint::toFloat32(source, values));
+// Runs quantizeRow(r, values of row r) for every row over the pool. Each row is converted to fp32
+// on its own, so no tensor is ever held in fp32 whole; rows write disjoint outputs, so the result is
+// byte-identical whatever the thread count. On failure the lowest failing row's error is returned.
+Status forEachRow(ThreadPool& pool, const SourceTensor& source, std::int64_t rows, std::int64_t cols,
+                  const std::function<Status(std::int64_t, std::span<const float>)>& quantizeRow) {
+    std::mutex mutex;
+    std::int64_t failedRow = rows;
+    Status failure;
+    pool.parallelFor(rows, [&](std::int64_t begin, std::int64_t end) {
+        std::vector<float> values(static_cast<std::size_t>(cols));
+        for (std::int64_t r = begin; r < end; ++r) {
+            Status status = Checkpoint::toFloat32(source, r * cols, values);
+            if (status) status = quantizeRow(r, values);
+            if (!status) {
+                std::lock_guard lock(mutex);
+                if (r < failedRow) {
+                    failedRow = r;
+                    failure = status;
+                }
+                return;
+            }
+        }
+    });
+    return failure;
+}
+
+Status writeTensor(PackageWriter& writer, ThreadPool& pool, const TensorSpec& spec, const SourceTensor& source,
+                   const QuantizeOptions& options) {
     const bool matrix = spec.shape.size() == 2;
     const bool quantize = !options.unquantized && matrix &&
                           (spec.role == TensorRole::Linear || spec.role == TensorRole::Embedding);
     if (!quantize) {
+        std::vector<float> values(static_cast<std::size_t>(source.elements()));
+        GEMMA_RETURN_IF_ERROR(Checkpoint::toFloat32(source, values));
         GEMMA_RETURN_IF_ERROR(checkFinite(values, spec.name));
         return writer.addTensor(spec.name, TensorFormat::F32, spec.shape, values.data(), values.size() * 4, nullptr, 0);
     }
     const std::int64_t rows = spec.shape[0], cols = spec.shape[1];
-    const auto row = [&](std::int64_t r) { return std::span<const float>(values.data() + r * cols, static_cast<std::size_t>(cols)); };
+    const auto where = [&](std::int64_t r) { return "tensor '" + spec.name + "' row " + std::to_string(r); };
     if (spec.role == TensorRole::Linear) {
         const std::int64_t rowBytes = formats::fp4RowBytes(cols), groups = formats::fp4GroupsPerRow(cols);
         std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * rowBytes));
         std::vector<std::uint16_t> scales(static_cast<std::size_t>(rows * groups));
-        for (std::int64_t r = 0; r < rows; ++r) {
-            GEMMA_RETURN_IF_ERROR(quantizeFp4Row(row(r), options.scaleRule, codes.data() + r * rowBytes, scales.data() + r * groups)
-                                      .withContext("tensor '" + spec.name + "' row " + std::to_string(r)));
-        }
+        GEMMA_RETURN_IF_ERROR(forEachRow(pool, source, rows, cols, [&](std::int64_t r, std::span<const float> row) {
+            return quantizeFp4Row(row, options.scaleRule, codes.data() + r * rowBytes, scales.data() + r * groups).withContext(where(r));
+        }));
         return writer.addTensor(spec.name, TensorFormat::Fp4G128, spec.shape, codes.data(), codes.size(), scales.data(),
                                 scales.size() * 2);
     }
     std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols));
     std::vector<float> scales(static_cast<std::size_t>(rows));
-    for (std::int64_t r = 0; r < rows; ++r) {
-        GEMMA_RETURN_IF_ERROR(quantizeFp8Row(row(r), codes.data() + r * cols, &scales[static_cast<std::size_t>(r)])
-                                  .withContext("tensor '" + spec.name + "' row " + std::to_string(r)));
-    }
+    GEMMA_RETURN_IF_ERROR(forEachRow(pool, source, rows, cols, [&](std::int64_t r, std::span<const float> row) {
+        return quantizeFp8Row(row, codes.data() + r * cols, &scales[static_cast<std::size_t>(r)]).withContext(where(r));
+    }));
     return writer.addTensor(spec.name, TensorFormat::Fp8RowScaled, spec.shape, codes.data(), codes.size(), scales.data(),
                             scales.size() * 4);
 }
@@ -111,6 +139,7 @@ Expected<QuantizeReport> quantizeCheckpoint(const std::filesystem::path& inputDi
     auto writer = PackageWriter::create(outputFile);
     if (!writer) return writer.status();
     GEMMA_RETURN_IF_ERROR(writer->addTokenizer(*tokenizer));
+    ThreadPool pool;
     std::uint64_t doneBytes = 0;
     for (const auto& spec : specs) {
         const SourceTensor& source = *checkpoint->find(spec.name);
@@ -118,7 +147,7 @@ Expected<QuantizeReport> quantizeCheckpoint(const std::filesystem::path& inputDi
                                   "quantizing " + spec.name)) {
             return Status{ErrorCode::Cancelled, "conversion cancelled"};
         }
-        GEMMA_RETURN_IF_ERROR(writeTensor(*writer, spec, source, options));
+        GEMMA_RETURN_IF_ERROR(writeTensor(*writer, pool, spec, source, options));
         doneBytes += source.bytes;
     }
 

@@ -204,23 +204,33 @@ const SourceTensor* Checkpoint::find(std::string_view canonicalName) const {
 }
 
 Status Checkpoint::toFloat32(const SourceTensor& tensor, std::span<float> out) {
-    const auto n = static_cast<std::size_t>(tensor.elements());
-    if (out.size() != n) return {ErrorCode::Internal, "toFloat32: output size mismatch for '" + tensor.name + "'"};
+    if (static_cast<std::int64_t>(out.size()) != tensor.elements()) {
+        return {ErrorCode::Internal, "toFloat32: output size mismatch for '" + tensor.name + "'"};
+    }
+    return toFloat32(tensor, 0, out);
+}
+
+Status Checkpoint::toFloat32(const SourceTensor& tensor, std::int64_t first, std::span<float> out) {
+    const auto n = out.size();
+    if (first < 0 || first + static_cast<std::int64_t>(n) > tensor.elements()) {
+        return {ErrorCode::Internal, "toFloat32: range outside '" + tensor.name + "'"};
+    }
+    const auto start = static_cast<std::size_t>(first);
     switch (tensor.dtype) {
         case SourceDType::F32:
-            std::memcpy(out.data(), tensor.data, n * 4);
+            std::memcpy(out.data(), tensor.data + 4 * start, n * 4);
             break;
         case SourceDType::BF16:
             for (std::size_t i = 0; i < n; ++i) {
                 std::uint16_t bits;
-                std::memcpy(&bits, tensor.data + 2 * i, 2);
+                std::memcpy(&bits, tensor.data + 2 * (start + i), 2);
                 out[i] = formats::bf16ToFloat(bits);
             }
             break;
         case SourceDType::F16:
             for (std::size_t i = 0; i < n; ++i) {
                 std::uint16_t bits;
-                std::memcpy(&bits, tensor.data + 2 * i, 2);
+                std::memcpy(&bits, tensor.data + 2 * (start + i), 2);
                 out[i] = formats::fp16ToFloat(bits);
             }
             break;

@@ -40,6 +40,9 @@ public:
     const std::map<std::string, SourceTensor, std::less<>>& tensors() const { return tensors_; }
     // Converts a tensor to fp32; `out` must hold exactly elements() values.
     static Status toFloat32(const SourceTensor& tensor, std::span<float> out);
+    // Converts elements [first, first + out.size()) only (row by row, so a 9 GB table never needs
+    // a full fp32 copy).
+    static Status toFloat32(const SourceTensor& tensor, std::int64_t first, std::span<float> out);
 
 private:
     std::vector<MappedFile> files_;
