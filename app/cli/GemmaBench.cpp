@@ -177,14 +177,11 @@ int main(int argc, char** argv) {
         return 1;
     }
     const auto info = (*engine)->info();
-    // The package's own config, for bytes/token and the kernel table.
+    // The package's own config, for bytes/token, FLOPs and the kernel table.
     gemma::ModelConfig config;
-    {
-        auto preset = gemma::ModelConfig::preset(presetName);
-        if (preset) config = *preset;
-    }
+    if (auto parsed = gemma::ModelConfig::fromJson(info.configJson)) config = *parsed;
     if (config.layers.empty()) {
-        std::cerr << "gemma-bench: --model packages report speed only; byte counts need a preset geometry name as the file name\n";
+        std::cerr << "gemma-bench: the package's config could not be read back; byte counts will be missing\n";
     }
 
     Json results;

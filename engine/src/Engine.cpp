@@ -142,6 +142,7 @@ public:
         info_.weightBytes = weights_->decoderBytesPerToken;
         info_.kvBytesPerPosition = kvBytesPerPosition(c) / 4 * backend_->kvBytesPerElement();
         info_.hasTokenizer = hasTokenizer_;
+        info_.configJson = c.toJson();
 
         stopIds_ = c.eosTokenIds;
         if (hasTokenizer_) {

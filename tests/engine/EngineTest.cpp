@@ -100,6 +100,14 @@ TEST_F(EngineFixture, BenchmarkDecodeRestoresTheAllocation) {
     EXPECT_TRUE(engine_->generate(request2, {}));
 }
 
+TEST_F(EngineFixture, InfoCarriesTheResolvedConfig) {
+    auto config = gemma::ModelConfig::fromJson(engine_->info().configJson);
+    ASSERT_TRUE(config) << config.status().message();
+    EXPECT_EQ(config->numLayers, 3);
+    EXPECT_EQ(config->headDim(2), 64);
+    EXPECT_FALSE(config->isSliding(2));
+}
+
 TEST_F(EngineFixture, ReadBandwidthProbeGivesAPlausibleNumber) {
     auto gbs = engine_->measureReadBandwidth();
     ASSERT_TRUE(gbs) << gbs.status().message();

@@ -99,6 +99,7 @@ struct ModelInfo {
     std::int64_t weightBytes = 0;         // bytes the decoder streams per token
     std::int64_t kvBytesPerPosition = 0;  // KV-cache bytes one position adds (non-shared layers)
     bool hasTokenizer = true;             // false for synthetic benchmark packages (raw tokens only)
+    std::string configJson;               // the package's resolved config (ModelConfig::fromJson reads it)
 };
 
 // Element type of the GPU KV cache. F32 (the default) matches the CPU oracle and transformers to
