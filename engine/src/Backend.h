@@ -2,6 +2,7 @@
 // and runs the forward pass of GEMMA4.md §2.10 over a run of consecutive positions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -11,6 +12,15 @@
 #include "gemma/Status.h"
 
 namespace gemma {
+
+// Prefill rows per pass in every backend. Sliding-window rings hold window + kPrefillChunk − 1 slots
+// so a chunk's keys never overwrite keys its own earlier queries still need (ARCHITECTURE.md).
+inline constexpr int kPrefillChunk = 32;
+
+// KV slots a layer's cache holds for an allocation.
+inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation) {
+    return sliding ? std::min<std::int64_t>(allocation, slidingWindow + kPrefillChunk - 1) : allocation;
+}
 
 class Backend {
 public:

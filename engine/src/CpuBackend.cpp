@@ -15,9 +15,7 @@ namespace {
 
 namespace ref = gemma::reference;
 
-// Tokens per prefill chunk. Sliding rings hold window + chunk − 1 slots so that no key a query of
-// the chunk still needs is overwritten while the chunk's keys are written (docs/ARCHITECTURE.md).
-constexpr int kChunk = 32;
+constexpr int kChunk = kPrefillChunk;
 
 class BucketTimer {
 public:
@@ -91,7 +89,7 @@ public:
         for (int l = 0; l < c.numLayers; ++l) {
             const auto& g = c.layers[l];
             if (g.kvShared) continue;
-            const int capacity = g.type == LayerType::Sliding ? std::min(allocation, c.slidingWindow + kChunk - 1) : allocation;
+            const auto capacity = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, allocation);
             totalBytes += 2LL * capacity * g.kvHeads * g.headDim * 4;
         }
         if (totalBytes > (std::int64_t{64} << 30)) {
@@ -103,7 +101,7 @@ public:
                 const auto& g = c.layers[l];
                 if (g.kvShared) continue;
                 auto& cache = caches_[l];
-                cache.capacity = g.type == LayerType::Sliding ? std::min(allocation, c.slidingWindow + kChunk - 1) : allocation;
+                cache.capacity = static_cast<int>(kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, allocation));
                 const auto size = static_cast<std::size_t>(cache.capacity) * g.kvHeads * g.headDim;
                 cache.keys.assign(size, 0.0f);
                 cache.values.assign(size, 0.0f);

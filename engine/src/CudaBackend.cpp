@@ -35,7 +35,7 @@ namespace {
 
 namespace kc = gemma::cuda;
 
-constexpr int kChunk = 32;  // prefill rows per pass; sliding rings hold window + kChunk − 1 slots
+constexpr int kChunk = kPrefillChunk;
 
 Status cudaError(cudaError_t error, const char* what) {
     if (error == cudaSuccess) return Status::ok();
@@ -261,7 +261,7 @@ public:
 private:
     // ---- setup ------------------------------------------------------------------------------------
     std::int64_t capacityOf(const LayerGeometry& g, int allocation) const {
-        return g.type == LayerType::Sliding ? std::min<std::int64_t>(allocation, config_.slidingWindow + kChunk - 1) : allocation;
+        return kvCacheSlots(g.type == LayerType::Sliding, config_.slidingWindow, allocation);
     }
 
     std::size_t kvBytes(int allocation) const {
@@ -433,11 +433,17 @@ private:
     }
 
     // ---- the forward pass ----------------------------------------------------------------------
-    Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats) {
+    // y = W·x, or with `up` the fused GeGLU y = gelu_tanh(W·x) ⊙ (Up·x).
+    Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats,
+                  const DeviceLinear* up = nullptr) {
         Timed timed(*this, stats, Bucket::Fp4Matvec);
         kc::Fp4MatvecParams p;
         p.codes = w.codes;
         p.scales = w.scales;
+        if (up) {
+            p.upCodes = up->codes;
+            p.upScales = up->scales;
+        }
         p.out = w.out;
         p.in = w.in;
         p.x = x;
@@ -445,7 +451,23 @@ private:
         p.y = y;
         p.yStride = yStride;
         p.rows = rows;
-        return kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
+        return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
+                  : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
+    }
+
+    // Rows of an FP8 table × scale into out[rows][outStride], one row per token id on the device.
+    Status gather(const EmbeddingTable& table, float scale, float* out, std::int64_t outStride, int rows, const char* what) {
+        kc::EmbeddingParams p;
+        p.codes = device(table.codes);
+        p.rowScales = device(table.rowScales);
+        p.vocab = table.rows;
+        p.hidden = table.cols;
+        p.tokenIds = tokens_.as<int>();
+        p.embedScale = scale;
+        p.out = out;
+        p.outStride = outStride;
+        p.rows = rows;
+        return kernelError(kc::launchEmbeddingGather(p, stream_), what);
     }
 
     Status norm(const float* branch, const float* branchWeight, float layerScalar, const float* outWeight, float* out,
@@ -540,17 +562,7 @@ private:
         // 1. Scaled embedding gather.
         {
             Timed timed(*this, stats, Bucket::NormElementwise);
-            kc::EmbeddingParams p;
-            p.codes = device(weights_.embedding.codes);
-            p.rowScales = device(weights_.embedding.rowScales);
-            p.vocab = weights_.embedding.rows;
-            p.hidden = weights_.embedding.cols;
-            p.tokenIds = tokens_.as<int>();
-            p.embedScale = package_.metadata().embedScale;
-            p.out = residual_.as<float>();
-            p.outStride = H;
-            p.rows = rows;
-            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchEmbeddingGather(p, stream_), "embedding gather"));
+            GEMMA_RETURN_IF_ERROR(gather(weights_.embedding, package_.metadata().embedScale, residual_.as<float>(), H, rows, "embedding gather"));
         }
         // 2. Per-layer inputs.
         if (c.hasPerLayerInputs()) GEMMA_RETURN_IF_ERROR(perLayerInputs(rows, stats));
@@ -586,17 +598,8 @@ private:
         GEMMA_RETURN_IF_ERROR(norm(nullptr, nullptr, projectionScale, perLayerProjectionNorm_, perLayerIdentity_.as<float>(), P,
                                    rows * c.numLayers, stats, projected));
         Timed timed(*this, stats, Bucket::NormElementwise);
-        kc::EmbeddingParams gather;
-        gather.codes = device(weights_.perLayerEmbedding.codes);
-        gather.rowScales = device(weights_.perLayerEmbedding.rowScales);
-        gather.vocab = weights_.perLayerEmbedding.rows;
-        gather.hidden = weights_.perLayerEmbedding.cols;
-        gather.tokenIds = tokens_.as<int>();
-        gather.embedScale = package_.metadata().perLayerEmbedScale;
-        gather.out = projected;  // the raw projection is no longer needed: reuse it for the table rows
-        gather.outStride = LP;
-        gather.rows = rows;
-        GEMMA_RETURN_IF_ERROR(kernelError(kc::launchEmbeddingGather(gather, stream_), "PLE gather"));
+        // The raw projection is no longer needed: its buffer takes the table rows.
+        GEMMA_RETURN_IF_ERROR(gather(weights_.perLayerEmbedding, package_.metadata().perLayerEmbedScale, projected, LP, rows, "PLE gather"));
         kc::PleCombineParams combine;
         combine.projected = perLayerIdentity_.as<float>();
         combine.identity = projected;
@@ -655,22 +658,7 @@ private:
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
 
         // Feed-forward block: GeGLU fused into the gate/up matvec.
-        {
-            Timed timed(*this, stats, Bucket::Fp4Matvec);
-            kc::Fp4MatvecParams p;
-            p.codes = w.gate.codes;
-            p.scales = w.gate.scales;
-            p.upCodes = w.up.codes;
-            p.upScales = w.up.scales;
-            p.out = w.gate.out;
-            p.in = w.gate.in;
-            p.x = normed;
-            p.xStride = H;
-            p.y = ffn_.as<float>();
-            p.yStride = ffnWidth_;
-            p.rows = rows;
-            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec"));
-        }
+        GEMMA_RETURN_IF_ERROR(matvec(w.gate, normed, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up));
         GEMMA_RETURN_IF_ERROR(matvec(w.down, ffn_.as<float>(), ffnWidth_, branch_.as<float>(), H, rows, stats));
 
         const bool lastLayer = l + 1 == c.numLayers;

@@ -346,12 +346,11 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
     const auto& c = package->config();
     for (const auto& g : c.layers) {
         if (g.kvShared) continue;
-        const std::int64_t slots = g.type == LayerType::Sliding ? std::min(options.contextAllocation, c.slidingWindow + 31)
-                                                                : options.contextAllocation;
+        const std::int64_t slots = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, options.contextAllocation);
         estimate.kvCacheBytes += 2 * slots * g.kvHeads * g.headDim * 4;
     }
     // Activations of one prefill chunk and one logits row per position of the chunk.
-    estimate.workspaceBytes = 32LL * (c.vocabSize + 8LL * c.hiddenSize + 4LL * c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1)) * 4;
+    estimate.workspaceBytes = kPrefillChunk * (c.vocabSize + 8LL * c.hiddenSize + 4LL * c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1)) * 4;
     return estimate;
 }
 
