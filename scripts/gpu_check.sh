@@ -20,7 +20,8 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF 
 if [[ $? -ne 0 ]]; then note "build: FAILED (see build.log)"; tail -40 "$out/build.log"; exit 1; fi
 note "build: ok"
 
-(cd "$build" && ctest --output-on-failure -j 8 --timeout 900) > "$out/ctest.log" 2>&1
+# GEMMA_CTEST_ARGS: e.g. -E "^kernels\." when scripts/gpu_kernels.sh runs the harnesses anyway.
+(cd "$build" && ctest --output-on-failure -j 8 --timeout 900 ${GEMMA_CTEST_ARGS:-}) > "$out/ctest.log" 2>&1
 note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
 grep -E "^\[ (golden|gpu|flip) " "$out/ctest.log" > /dev/null 2>&1
 "$build/tests/gpu_parity_tests" > "$out/gpu_parity.log" 2>&1
@@ -33,10 +34,14 @@ ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('tests/data/
 "$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" --max-new-tokens 16 --greedy --ignore-eos --print-ids \
   > "$out/e2e.log" 2>&1
 note "gemma-cli --device cuda: exit $? ($(tail -1 "$out/e2e.log"))"
+# Both prefill paths: the default GEMM prefill (cuBLASLt) and the matvec prefill.
 for tool in memcheck initcheck racecheck; do
-  compute-sanitizer --tool $tool --error-exitcode 9 "$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" \
-    --max-new-tokens 4 --greedy --ignore-eos --quiet > "$out/sanitizer-$tool.log" 2>&1
-  note "sanitizer $tool (e2e decode): exit $? $(grep -E 'ERROR SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
+  for prefill in gemm matvec; do
+    flag=""; [[ $prefill == matvec ]] && flag="--no-gemm-prefill"
+    compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 "$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" \
+      --max-new-tokens 4 --greedy --ignore-eos --quiet $flag > "$out/sanitizer-$tool-$prefill.log" 2>&1
+    note "sanitizer $tool (e2e, $prefill prefill): exit $? $(grep -E 'ERROR SUMMARY' "$out/sanitizer-$tool-$prefill.log" | tail -1)"
+  done
 done
 
 if [[ "${GEMMA_KERNELS:-0}" == 1 && -x scripts/gpu_kernels.sh ]]; then

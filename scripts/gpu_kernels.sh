@@ -7,6 +7,7 @@
 #   OUT=/tmp/out scripts/gpu_kernels.sh            # default OUT: /tmp/kernels-gpu-out
 #   GEMMA_SEED=123 scripts/gpu_kernels.sh           # replay a seed
 #   GPU_KERNELS_ARCH=89 scripts/gpu_kernels.sh      # another architecture
+#   GPU_KERNELS_QUICK_RUN=1 scripts/gpu_kernels.sh  # small fixtures in the main runs too (no timing)
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/kernels-gpu-out}
@@ -15,7 +16,7 @@ ARCH=${GPU_KERNELS_ARCH:-90}
 SAN_TIMEOUT=${GPU_KERNELS_SAN_TIMEOUT:-240}
 RUN_TIMEOUT=${GPU_KERNELS_RUN_TIMEOUT:-300}
 mkdir -p "$OUT"
-HARNESSES="test_fp4_matvec test_fp8_lmhead test_rmsnorm test_qkv_rope test_attention"
+HARNESSES="test_fp4_matvec test_fp8_lmhead test_rmsnorm test_qkv_rope test_attention test_attention_prefill test_fp4_dequantize"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 start=$(date +%s)
@@ -53,7 +54,7 @@ RUNLOG="$OUT/run.log"
 declare -A RUN_RC RUN_SUM
 for h in $HARNESSES; do
   echo "--- $h" | tee -a "$RUNLOG"
-  timeout "$RUN_TIMEOUT" "$BUILD/$h" >> "$RUNLOG" 2>&1
+  GEMMA_HARNESS_QUICK=${GPU_KERNELS_QUICK_RUN:-0} timeout "$RUN_TIMEOUT" "$BUILD/$h" >> "$RUNLOG" 2>&1
   RUN_RC[$h]=$?
   RUN_SUM[$h]=$(grep -E "^SUMMARY" "$RUNLOG" | tail -1 | sed 's/^SUMMARY //')
   echo "rc=${RUN_RC[$h]} ${RUN_SUM[$h]}"

@@ -1,14 +1,12 @@
 #include "BenchCeilings.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <functional>
 #include <random>
-#include <type_traits>
 
+#include "CublasLt.h"
 #include "Fp4Matvec.h"
 #include "Fp8LmHead.h"
 #include "StreamRead.h"
@@ -75,57 +73,17 @@ bool fillConstant16(void* device, std::size_t count, std::uint16_t value, std::s
     return true;
 }
 
-// cuBLASLt, loaded at run time: the GEMM ceiling is the only user, and a tool that needed the
-// 500 MB library at start could not ship without it (installer/README.md).
-struct CublasLt {
-    void* library = nullptr;
-    decltype(&cublasLtCreate) create = nullptr;
-    decltype(&cublasLtDestroy) destroy = nullptr;
-    decltype(&cublasLtMatmulDescCreate) descCreate = nullptr;
-    decltype(&cublasLtMatmulDescDestroy) descDestroy = nullptr;
-    decltype(&cublasLtMatmulDescSetAttribute) descSet = nullptr;
-    decltype(&cublasLtMatrixLayoutCreate) layoutCreate = nullptr;
-    decltype(&cublasLtMatrixLayoutDestroy) layoutDestroy = nullptr;
-    decltype(&cublasLtMatmulPreferenceCreate) preferenceCreate = nullptr;
-    decltype(&cublasLtMatmulPreferenceDestroy) preferenceDestroy = nullptr;
-    decltype(&cublasLtMatmulPreferenceSetAttribute) preferenceSet = nullptr;
-    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
-    decltype(&cublasLtMatmul) matmul = nullptr;
-
-    bool load(std::string& error) {
-        for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
-            library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-            if (library) break;
-        }
-        if (!library) {
-            error = "cuBLASLt (libcublasLt.so) is not installed: the BF16 GEMM ceiling is not measured";
-            return false;
-        }
-        bool ok = true;
-        auto bind = [&](auto& function, const char* symbol) {
-            function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, symbol));
-            ok = ok && function != nullptr;
-        };
-        bind(create, "cublasLtCreate");
-        bind(destroy, "cublasLtDestroy");
-        bind(descCreate, "cublasLtMatmulDescCreate");
-        bind(descDestroy, "cublasLtMatmulDescDestroy");
-        bind(descSet, "cublasLtMatmulDescSetAttribute");
-        bind(layoutCreate, "cublasLtMatrixLayoutCreate");
-        bind(layoutDestroy, "cublasLtMatrixLayoutDestroy");
-        bind(preferenceCreate, "cublasLtMatmulPreferenceCreate");
-        bind(preferenceDestroy, "cublasLtMatmulPreferenceDestroy");
-        bind(preferenceSet, "cublasLtMatmulPreferenceSetAttribute");
-        bind(heuristic, "cublasLtMatmulAlgoGetHeuristic");
-        bind(matmul, "cublasLtMatmul");
-        if (!ok) error = "libcublasLt lacks a symbol gemma-bench needs";
-        return ok;
-    }
-};
-
+// cuBLASLt is loaded at run time by the engine's loader (engine/src/CublasLt.h): a tool that
+// needed the 540 MB library at start could not ship without it (installer/README.md).
 bool measureGemm(Ceilings& ceilings, std::string& error) {
-    CublasLt lt;
-    if (!lt.load(error)) return false;
+    const auto loaded = loadCublasLt();
+    if (!loaded) {
+        error = loaded.status().code() == ErrorCode::Unsupported
+                    ? "cuBLASLt (libcublasLt.so) is not installed: the BF16 GEMM ceiling is not measured"
+                    : "libcublasLt lacks a symbol gemma-bench needs";
+        return false;
+    }
+    const CublasLtApi& lt = **loaded;
     const int n = 8192;
     const std::size_t bytes = static_cast<std::size_t>(n) * n * 2;
     Device a, b, c, workspace;

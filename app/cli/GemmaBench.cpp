@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
          {"json", true, "write the full results as JSON", "FILE"},
          {"markdown", true, "also write the markdown tables to a file", "FILE"},
          {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
-         {"graph", false, "replay uninstrumented decode steps as one CUDA graph (self-checked)"},
+         {"no-graph", false, "launch every decode kernel directly instead of replaying the step as one CUDA graph"},
+         {"no-gemm-prefill", false, "prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     std::string error;
@@ -169,7 +170,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     options.kvCache = kvCache == "f32" ? gemma::KvCacheType::F32 : gemma::KvCacheType::Bf16;
-    options.cudaGraph = cli.has("graph");
+    options.cudaGraph = !cli.has("no-graph");
+    if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
     if (!engine) {
@@ -226,7 +228,7 @@ int main(int argc, char** argv) {
                                      {"bytes_per_token", bytes},
                                      {"GBs", row.gbs},
                                      {"percent_of_read_ceiling", row.percent},
-                                     // The uninstrumented (plain) run replays a graph when --graph took;
+                                     // The uninstrumented (plain) run replays a graph unless --no-graph or the self-check refused it;
                                      // instrumented steps always launch directly (event pairs per kernel).
                                      {"cuda_graph_plain_run", (*engine)->info().backend.find("graph on") != std::string::npos},
                                      {"buckets", stepBuckets(timed->steps)}});

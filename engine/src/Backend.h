@@ -13,13 +13,17 @@
 
 namespace gemma {
 
-// Prefill rows per pass in every backend. Sliding-window rings hold window + kPrefillChunk − 1 slots
-// so a chunk's keys never overwrite keys its own earlier queries still need (ARCHITECTURE.md).
+// Prefill rows per pass of the CPU backend and of the CUDA backend's matvec path. Sliding-window
+// rings hold window + chunk − 1 slots so a chunk's keys never overwrite keys its own earlier queries
+// still need (ARCHITECTURE.md).
 inline constexpr int kPrefillChunk = 32;
+// Prefill rows per pass of the CUDA backend's GEMM path (cuBLASLt): long enough that the per-layer
+// FP4 → BF16 dequantization is amortized over many rows.
+inline constexpr int kGemmPrefillChunk = 512;
 
-// KV slots a layer's cache holds for an allocation.
-inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation) {
-    return sliding ? std::min<std::int64_t>(allocation, slidingWindow + kPrefillChunk - 1) : allocation;
+// KV slots a layer's cache holds for an allocation, with prefill chunks of `chunk` rows.
+inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation, int chunk = kPrefillChunk) {
+    return sliding ? std::min<std::int64_t>(allocation, slidingWindow + chunk - 1) : allocation;
 }
 
 class Backend {

@@ -7,6 +7,7 @@
 #include "CudaBackend.h"
 
 #include <cuda_runtime.h>
+#include <kernels/WeightFormats.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,10 +15,15 @@
 #include <cstring>
 #include <utility>
 
+#include "ActivationConvert.h"
 #include "AttentionDecode.h"
+#include "AttentionPrefill.h"
+#include "CublasLt.h"
 #include "Embedding.h"
+#include "Fp4Dequantize.h"
 #include "Fp4Matvec.h"
 #include "Fp8LmHead.h"
+#include "GegluElementwise.h"
 #include "PerLayerInputs.h"
 #include "NormRopeCache.h"
 #include "RmsNorm.h"
@@ -70,12 +76,15 @@ public:
         return *this;
     }
     ~DeviceBuffer() { release(); }
+    // Zero-filled: a workspace starts defined (compute-sanitizer's initcheck does not see the
+    // stores of cuBLASLt's Hopper kernels, and would otherwise report every later read of a GEMM
+    // output as uninitialized).
     Status allocate(std::size_t bytes, const char* what) {
         release();
         if (bytes == 0) bytes = 16;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaMalloc(&pointer_, bytes), what));
         bytes_ = bytes;
-        return Status::ok();
+        return cudaError(cudaMemset(pointer_, 0, bytes), what);
     }
     void release() {
         if (pointer_) cudaFree(pointer_);
@@ -95,7 +104,14 @@ struct DeviceLinear {
     const std::uint8_t* codes = nullptr;
     const std::uint16_t* scales = nullptr;
     std::int64_t out = 0, in = 0;
+    // GEMM prefill: the power of two the FP16 copy of this weight is scaled by
+    // (formats::fp16WeightMultiplier of its largest group scale).
+    float fp16Multiplier = 1.0f;
 };
+
+// x·2^-8 in FP16 hi + lo for the prefill GEMMs: |x| up to 1.6e7 stays finite (the Fp4Matvec
+// tensor-core path makes the same choice).
+constexpr float kGemmInputMultiplier = 1.0f / 256.0f;
 
 struct DeviceLayer {
     DeviceLinear q, k, v, o, gate, up, down, perLayerGate, perLayerProjection;
@@ -111,8 +127,9 @@ struct DeviceCache {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph)
-        : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph) {}
+    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph, int prefillGemmMinRows)
+        : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph),
+          gemmMinRows_(prefillGemmMinRows) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -143,6 +160,20 @@ public:
         GEMMA_RETURN_IF_ERROR(cudaError(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties"));
         deviceName_ = properties.name;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+        // The GEMM prefill path needs cuBLASLt; without it (not installed, or turned off) prefill
+        // runs the matvec kernels in chunks of kPrefillChunk rows.
+        if (gemmMinRows_ > 0) {
+            auto blas = CublasLt::create();
+            if (blas) {
+                blas_ = std::move(*blas);
+                prefillStatus_ = "GEMM prefill";
+            } else {
+                prefillStatus_ = "matvec prefill: " + blas.status().message();
+            }
+        } else {
+            prefillStatus_ = "matvec prefill";
+        }
+        chunkRows_ = blas_ ? kGemmPrefillChunk : kChunk;
 
         // Memory check before any large allocation: a clear message instead of a failed malloc.
         std::size_t freeBytes = 0, totalBytes = 0;
@@ -166,7 +197,9 @@ public:
         return resetContext(allocation);
     }
 
-    std::string name() const override { return deviceName_ + " (CUDA" + (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")"; }
+    std::string name() const override {
+        return deviceName_ + " (CUDA, " + prefillStatus_ + (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")";
+    }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
 
@@ -238,15 +271,18 @@ public:
             position_ += 1;
             return Status::ok();
         }
-        for (std::size_t begin = 0; begin < tokens.size(); begin += kChunk) {
-            const int rows = static_cast<int>(std::min<std::size_t>(kChunk, tokens.size() - begin));
+        // Chunks of chunkRows_ positions (GEMM prefill), or kChunk when every position's logits are
+        // wanted (the logits buffer holds kChunk rows).
+        const std::size_t chunk = allPositions ? kChunk : static_cast<std::size_t>(chunkRows_);
+        for (std::size_t begin = 0; begin < tokens.size(); begin += chunk) {
+            const int rows = static_cast<int>(std::min<std::size_t>(chunk, tokens.size() - begin));
             const bool last = begin + static_cast<std::size_t>(rows) == tokens.size();
             eventCursor_ = 0;
             GEMMA_RETURN_IF_ERROR(runChunk(tokens.subspan(begin, static_cast<std::size_t>(rows)), startPosition + static_cast<int>(begin),
                                            allPositions || last, allPositions, stats));
             if (allPositions || last) {
                 const int logitRows = allPositions ? rows : 1;
-                const float* source = logits_.as<float>() + (allPositions ? 0 : (rows - 1)) * vocab;
+                const float* source = logits_.as<float>();  // launchChunk writes from row 0
                 float* target = logits.data() + (allPositions ? begin * vocab : 0);
                 GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(target, source, logitRows * vocab * 4, cudaMemcpyDeviceToHost, stream_),
                                                 "copying logits"));
@@ -261,7 +297,7 @@ public:
 private:
     // ---- setup ------------------------------------------------------------------------------------
     std::int64_t capacityOf(const LayerGeometry& g, int allocation) const {
-        return kvCacheSlots(g.type == LayerType::Sliding, config_.slidingWindow, allocation);
+        return kvCacheSlots(g.type == LayerType::Sliding, config_.slidingWindow, allocation, chunkRows_);
     }
 
     std::size_t kvBytes(int allocation) const {
@@ -272,8 +308,30 @@ private:
         return bytes;
     }
 
+    // The widest linear a GEMM prefill dequantizes at once (gate and up together) and its input.
+    std::int64_t gemmWeightElements() const {
+        std::int64_t most = 0;
+        auto consider = [&](const LinearWeight& w, int copies) { most = std::max<std::int64_t>(most, copies * w.out * paddedIn(w.in)); };
+        for (const auto& w : weights_.layers) {
+            for (const LinearWeight* l : {&w.q, &w.k, &w.v, &w.o, &w.down, &w.perLayerGate, &w.perLayerProjection}) consider(*l, 1);
+            consider(w.gate, 2);
+        }
+        consider(weights_.perLayerModelProjection, 1);
+        return most;
+    }
+    static std::int64_t paddedIn(std::int64_t in) { return (in + 7) / 8 * 8; }
+
     std::size_t workspaceEstimate() const {
-        return static_cast<std::size_t>(kChunk) * (static_cast<std::size_t>(config_.vocabSize) + 64u * config_.hiddenSize) * 4 + (64u << 20);
+        const std::size_t rows = static_cast<std::size_t>(chunkRows_);
+        std::size_t bytes = static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(config_.vocabSize) * 4 +
+                            rows * 64u * static_cast<std::size_t>(config_.hiddenSize) * 4 + (64u << 20);
+        if (blas_) bytes += static_cast<std::size_t>(gemmWeightElements()) * 2 + rows * 3u * static_cast<std::size_t>(ffnWidthOf()) * 8;
+        return bytes;
+    }
+    std::int64_t ffnWidthOf() const {
+        std::int64_t f = 0;
+        for (const auto& g : config_.layers) f = std::max<std::int64_t>(f, g.intermediateSize);
+        return std::max<std::int64_t>(f, static_cast<std::int64_t>(config_.numLayers) * config_.hiddenSizePerLayerInput);
     }
 
     template <typename T>
@@ -283,7 +341,20 @@ private:
         return reinterpret_cast<const T*>(weightsOnDevice_.as<std::uint8_t>() + offset);
     }
 
-    DeviceLinear device(const LinearWeight& w) const { return {device(w.codes), device(w.scales), w.out, w.in}; }
+    DeviceLinear device(const LinearWeight& w) const {
+        DeviceLinear d{device(w.codes), device(w.scales), w.out, w.in};
+        if (blas_ && w.scales) {
+            // The largest finite |scale| (bf16 bits without the sign compare as the values do).
+            std::uint16_t largest = 0;
+            const std::int64_t count = w.out * formats::fp4GroupsPerRow(w.in);
+            for (std::int64_t i = 0; i < count; ++i) {
+                const std::uint16_t magnitude = w.scales[i] & 0x7FFFu;
+                if (magnitude < 0x7F80u && magnitude > largest) largest = magnitude;
+            }
+            d.fp16Multiplier = formats::fp16WeightMultiplier(formats::bf16ToFloat(largest));
+        }
+        return d;
+    }
 
     void bindLayers() {
         const auto& c = config_;
@@ -337,7 +408,7 @@ private:
         qWidth_ = qWidth;
         kvWidth_ = kvWidth;
         ffnWidth_ = ffn;
-        const std::size_t R = kChunk;
+        const std::size_t R = static_cast<std::size_t>(chunkRows_);
         const std::size_t H = static_cast<std::size_t>(c.hiddenSize);
         const std::size_t ple = static_cast<std::size_t>(c.numLayers) * static_cast<std::size_t>(c.hiddenSizePerLayerInput);
         GEMMA_RETURN_IF_ERROR(residual_.allocate(R * H * 4, "workspace"));
@@ -348,7 +419,18 @@ private:
         GEMMA_RETURN_IF_ERROR(value_.allocate(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(attended_.allocate(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(ffn_.allocate(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(logits_.allocate(R * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
+        GEMMA_RETURN_IF_ERROR(logits_.allocate(static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
+        if (blas_) {
+            // GEMM prefill: one dequantized weight (gate|up together), the bf16 hi/lo input and the
+            // fp32 gate|up product.
+            std::int64_t maxIn = 0;
+            for (const auto& w : weights_.layers) maxIn = std::max({maxIn, w.q.in, w.o.in, w.down.in, w.perLayerProjection.in});
+            maxIn = paddedIn(std::max<std::int64_t>(maxIn, weights_.perLayerModelProjection.in));
+            GEMMA_RETURN_IF_ERROR(gemmWeight_.allocate(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
+            GEMMA_RETURN_IF_ERROR(gemmInputHi_.allocate(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
+            GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocate(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
+            GEMMA_RETURN_IF_ERROR(gateUp_.allocate(R * 2u * static_cast<std::size_t>(ffn) * 4, "GEMM prefill workspace"));
+        }
         GEMMA_RETURN_IF_ERROR(tokens_.allocate(R * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(positions_.allocate(R * 4, "workspace"));
         if (ple > 0) {
@@ -386,7 +468,8 @@ private:
 
     Status allocateAttentionWorkspace() {
         std::size_t bytes = 16;
-        for (int l = 0; l < config_.numLayers; ++l) bytes = std::max(bytes, kc::attentionDecodeWorkspaceBytes(attentionParams(l, kChunk)));
+        for (int l = 0; l < config_.numLayers; ++l)
+            for (int rows : {1, kChunk, chunkRows_}) bytes = std::max(bytes, kc::attentionDecodeWorkspaceBytes(attentionParams(l, rows)));
         if (bytes > attentionWorkspace_.bytes()) GEMMA_RETURN_IF_ERROR(attentionWorkspace_.allocate(bytes, "attention workspace"));
         return Status::ok();
     }
@@ -433,9 +516,24 @@ private:
     }
 
     // ---- the forward pass ----------------------------------------------------------------------
-    // y = W·x, or with `up` the fused GeGLU y = gelu_tanh(W·x) ⊙ (Up·x).
+    // Another weight computed on the same x in the same launch (a layer's k and v beside q).
+    struct ExtraOutput {
+        const DeviceLinear* w;
+        float* y;
+        std::int64_t yStride;
+    };
+
+    // y = W·x, or with `up` the fused GeGLU y = gelu_tanh(W·x) ⊙ (Up·x); `extras` (no GeGLU) run
+    // in the same launch and write their own outputs. A prefill chunk of at least gemmMinRows_
+    // rows goes through cuBLASLt instead (gemmLinear).
     Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats,
-                  const DeviceLinear* up = nullptr) {
+                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}) {
+        if (blas_ && rows >= gemmMinRows_) {
+            Timed timed(*this, stats, Bucket::Fp4Matvec);
+            GEMMA_RETURN_IF_ERROR(gemmLinear(w, x, xStride, y, yStride, rows, up));
+            for (const auto& e : extras) GEMMA_RETURN_IF_ERROR(gemmLinear(*e.w, x, xStride, e.y, e.yStride, rows, nullptr, false));
+            return Status::ok();
+        }
         Timed timed(*this, stats, Bucket::Fp4Matvec);
         kc::Fp4MatvecParams p;
         p.codes = w.codes;
@@ -451,8 +549,75 @@ private:
         p.y = y;
         p.yStride = yStride;
         p.rows = rows;
+        p.extraCount = static_cast<int>(extras.size());
+        for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
+            p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
+        }
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
+    }
+
+
+    // The GEMM prefill of one linear: x (fp32) → FP16 hi + lo of x·2^-8, W (FP4) → FP16 rows of
+    // W·m (m = the weight's power-of-two multiplier), then y = (hi·Wᵀ + lo·Wᵀ)·2^8/m in fp32 (two
+    // cuBLASLt calls, the second accumulating). FP16 holds every E2M1 × bf16-scale product exactly
+    // (BF16 would round it: 2–10 % logit error on the golden models, measured), hi + lo carries x
+    // to ~2^-22, and fp32 accumulation leaves the GEMM path within ~1e-4 of the fp32 matvecs
+    // (docs/KERNELS.md). With `up`: gate and up are dequantized into one [2F][in] weight with a
+    // shared multiplier, one GEMM gives [rows][2F], and the GeGLU is applied elementwise into y.
+    // convertInput = false reuses the hi/lo of the previous call (k and v after q).
+    Status gemmLinear(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows,
+                      const DeviceLinear* up, bool convertInput = true) {
+        const std::int64_t ld = paddedIn(w.in);
+        auto* hi = gemmInputHi_.as<std::uint16_t>();
+        auto* lo = gemmInputLo_.as<std::uint16_t>();
+        if (convertInput) {
+            kc::ActivationConvertParams convert;
+            convert.x = x;
+            convert.xStride = xStride;
+            convert.rows = rows;
+            convert.cols = w.in;
+            convert.hi = hi;
+            convert.lo = lo;
+            convert.outStride = ld;
+            convert.fp16 = true;
+            convert.multiplier = kGemmInputMultiplier;
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchActivationToBf16(convert, stream_), "activation to fp16"));
+        }
+        const float multiplier = up ? std::min(w.fp16Multiplier, up->fp16Multiplier) : w.fp16Multiplier;
+        const float alpha = 1.0f / (multiplier * kGemmInputMultiplier);  // a power of two: exact
+        auto* weight = gemmWeight_.as<std::uint16_t>();
+        auto dequantize = [&](const DeviceLinear& l, std::uint16_t* target) {
+            kc::Fp4DequantizeParams d;
+            d.codes = l.codes;
+            d.scales = l.scales;
+            d.out = l.out;
+            d.in = l.in;
+            d.y = target;
+            d.ldOut = ld;
+            d.fp16 = true;
+            d.multiplier = multiplier;
+            return kernelError(kc::launchFp4DequantizeBf16(d, stream_), "fp4 dequantize");
+        };
+        using Operands = CublasLt::Operands;
+        GEMMA_RETURN_IF_ERROR(dequantize(w, weight));
+        if (!up) {
+            GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, w.out, w.in, hi, ld, weight, ld, y, yStride, alpha, false, stream_));
+            return blas_->gemm(Operands::Fp16, rows, w.out, w.in, lo, ld, weight, ld, y, yStride, alpha, true, stream_);
+        }
+        GEMMA_RETURN_IF_ERROR(dequantize(*up, weight + w.out * ld));
+        float* gateUp = gateUp_.as<float>();
+        const std::int64_t width = 2 * w.out;
+        GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, hi, ld, weight, ld, gateUp, width, alpha, false, stream_));
+        GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, lo, ld, weight, ld, gateUp, width, alpha, true, stream_));
+        kc::GegluElementwiseParams g;
+        g.gateUp = gateUp;
+        g.ldIn = width;
+        g.rows = rows;
+        g.width = w.out;
+        g.y = y;
+        g.ldOut = yStride;
+        return kernelError(kc::launchGegluElementwise(g, stream_), "GeGLU");
     }
 
     // Rows of an FP8 table × scale into out[rows][outStride], one row per token id on the device.
@@ -580,7 +745,7 @@ private:
         const int first = allPositions ? 0 : rows - 1;
         p.x = normed_.as<float>() + first * H;
         p.xStride = H;
-        p.logits = logits_.as<float>() + static_cast<std::int64_t>(first) * c.vocabSize;
+        p.logits = logits_.as<float>();  // row 0 on: the buffer holds kChunk rows
         p.logitStride = c.vocabSize;
         p.rows = rows - first;
         p.softcap = c.finalLogitSoftcap;
@@ -617,12 +782,14 @@ private:
         const std::int64_t H = c.hiddenSize;
         float* normed = normed_.as<float>();
 
-        // Attention block.
-        GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats));
+        // Attention block: q, k and v projections in one launch (one weight stream).
+        ExtraOutput kv[2];
+        std::size_t kvCount = 0;
         if (!g.kvShared) {
-            GEMMA_RETURN_IF_ERROR(matvec(w.k, normed, H, key_.as<float>(), kvWidth_, rows, stats));
-            if (g.hasValueProjection) GEMMA_RETURN_IF_ERROR(matvec(w.v, normed, H, value_.as<float>(), kvWidth_, rows, stats));
+            kv[kvCount++] = {&w.k, key_.as<float>(), kvWidth_};
+            if (g.hasValueProjection) kv[kvCount++] = {&w.v, value_.as<float>(), kvWidth_};
         }
+        GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
         {
             Timed timed(*this, stats, Bucket::Attention);
             kc::QkvNormRopeParams p;
@@ -652,7 +819,30 @@ private:
         }
         {
             Timed timed(*this, stats, Bucket::Attention);
-            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention"));
+            if (rows > 1 && gemmMinRows_ > 0 && rows >= gemmMinRows_) {
+                // Prefill chunk: flash attention on tensor cores (fp16 operands, fp32 softmax and
+                // accumulation), all rows of the chunk in one launch.
+                const kc::AttentionDecodeParams d = attentionParams(l, rows);
+                kc::AttentionPrefillParams p;
+                p.q = d.q;
+                p.qStride = d.qStride;
+                p.kCache = d.kCache;
+                p.vCache = d.vCache;
+                p.kvDtype = d.kvDtype;
+                p.capacity = d.capacity;
+                p.qHeads = d.qHeads;
+                p.kvHeads = d.kvHeads;
+                p.headDim = d.headDim;
+                p.positions = d.positions;
+                p.rows = rows;
+                p.window = d.window;
+                p.scale = d.scale;
+                p.out = d.out;
+                p.outStride = d.outStride;
+                GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionPrefill(p, stream_), "prefill attention"));
+            } else {
+                GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention"));
+            }
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
@@ -701,6 +891,11 @@ private:
     DeviceBuffer perLayerInputs_, perLayerIdentity_, perLayerGate_, attentionWorkspace_;
     std::int64_t qWidth_ = 0, kvWidth_ = 0, ffnWidth_ = 0;
     bool graphWanted_ = false;
+    int gemmMinRows_ = 0;
+    int chunkRows_ = kChunk;
+    std::unique_ptr<CublasLt> blas_;
+    std::string prefillStatus_;
+    DeviceBuffer gemmWeight_, gemmInputHi_, gemmInputLo_, gateUp_;
     bool graphFailed_ = false;
     cudaGraphExec_t graphExec_ = nullptr;
     std::string graphStatus_ = "off";
@@ -714,9 +909,9 @@ private:
 }  // namespace
 
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
-                                                  KvCacheType kvCache, bool cudaGraph) {
+                                                  KvCacheType kvCache, bool cudaGraph, int prefillGemmMinRows) {
     auto backend = std::make_unique<CudaBackend>(package, weights, kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
-                                                 cudaGraph);
+                                                 cudaGraph, prefillGemmMinRows);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

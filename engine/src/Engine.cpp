@@ -85,7 +85,7 @@ Expected<std::unique_ptr<Backend>> makeBackend(const OpenOptions& options, const
     const bool wantGpu = device == Device::Cuda || (device == Device::Auto && cudaDeviceAvailable() && isQuantized(package));
     if (wantGpu) {
         if (!cudaDeviceAvailable()) return Status{ErrorCode::Device, "no CUDA device is available (use --device cpu)"};
-        auto gpu = makeCudaBackend(package, weights, allocation, options.kvCache, options.cudaGraph);
+        auto gpu = makeCudaBackend(package, weights, allocation, options.kvCache, options.cudaGraph, options.prefillGemmMinRows);
         // `auto` falls back to the CPU for a model the kernels do not implement; running out of
         // GPU memory stays an error the user sees (lower the allocation, or choose the CPU).
         if (gpu || device == Device::Cuda || gpu.status().code() != ErrorCode::Unsupported) return gpu;
@@ -346,7 +346,9 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
     const auto& c = package->config();
     for (const auto& g : c.layers) {
         if (g.kvShared) continue;
-        const std::int64_t slots = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, options.contextAllocation);
+        // A GPU may prefill in GEMM chunks, whose sliding rings are longer (Backend.h).
+        const int chunk = options.device != Device::Cpu && options.prefillGemmMinRows > 0 ? kGemmPrefillChunk : kPrefillChunk;
+        const std::int64_t slots = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, options.contextAllocation, chunk);
         estimate.kvCacheBytes += 2 * slots * g.kvHeads * g.headDim * 4;
     }
     // Activations of one prefill chunk and one logits row per position of the chunk.

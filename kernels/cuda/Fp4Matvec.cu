@@ -20,6 +20,27 @@
 // mode turns the nibble sign bits into byte masks; a third places the bytes into FP16 pairs,
 // converted to fp32 exactly. Every decoded value equals e2m1ToFloat() bit for bit.
 //
+// Batch 1 on tensor cores (fp4MatvecMmaKernel). The CUDA-core kernel above is instruction-bound
+// on an H200 (Nsight Compute: 0.64 warp instructions issued per scheduler-cycle at 36 % of DRAM
+// bandwidth for the fused gate/up, i.e. the FMAs and their conversions, not memory, set the
+// pace). The tensor-core kernel keeps the PRMT nibble decode (now to fp16 pairs, no fp32
+// conversion) and replaces 8 FMAs + 4 conversions per 8 weights with one mma.sync.m16n8k16:
+//   A (16×16, fp16) = 16 weight rows × 16 inputs, decoded straight into A fragments;
+//   B (16×8, fp16)  = x, the same vector in all 8 columns (so every column of C is the dot);
+//   C (16×8, fp32)  = one group's partial sums, then × the group scale into fp32 accumulators.
+// Lane (g = lane/4, q = lane%4) owns rows g and g+8 of the block's 16-row tile and, in each
+// 128-input group, the 16 code bytes [16q, 16q+16) of both rows: four 32-bit words of 8 nibbles,
+// each word one mma (nibbles 0,1 → k-slots 2q,2q+1; nibbles 2,3 → 2q+8,2q+9; 4..7 likewise in a
+// second half). The k order inside a group is a permutation; B holds x in the same permutation,
+// so the dot product is unchanged. x is staged once per block in shared memory as fp16 hi + lo
+// (x·2^-8 = hi + lo; the 2^-8 keeps values up to 1.6e7 inside fp16, and hi + lo carries ~22
+// significant bits) in the order the lanes read it, so each lane's B fragment is one conflict-
+// free 16-byte load; the result is (C_hi + C_lo) × scale × 2^8. E2M1 values are exact in fp16,
+// fp16 products are exact in the fp32 accumulator.
+// The block's 8 warps split the groups of the row (warp w takes groups w, w+8, ...) and reduce
+// through shared memory, so even a 512-row weight spreads over 32 blocks × 8 warps; q, k and v
+// of a layer run as one launch (Fp4MatvecParams::extra) so their tiles share one grid.
+//
 // Preconditions (checked by the launchers): codes 16-byte aligned; x 16-byte aligned and xStride
 // % 4 == 0; in >= 1, out >= 1, rows >= 1. `in` need not be a multiple of 128 or of 32: the last
 // chunk's x values past `in` are never read (their weights are the +0 padding).
@@ -43,8 +64,9 @@ __device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, 
 constexpr std::uint32_t kTableLo = 0x3E3C3800u;
 constexpr std::uint32_t kTableHi = 0x46444240u;
 
-// Decodes the 8 nibbles of `w` (nibble k = input k) into 8 floats, exactly E2M1 values.
-__device__ __forceinline__ void decode8(std::uint32_t w, float (&f)[8]) {
+// Decodes the 8 nibbles of `w` (nibble k = input k) into 4 FP16 pairs: h[p] = (nibble 2p in the
+// low half, nibble 2p+1 in the high half), exactly the E2M1 values.
+__device__ __forceinline__ void decodeHalfPairs(std::uint32_t w, std::uint32_t (&h)[4]) {
     const std::uint32_t mag = w & 0x77777777u;
     const std::uint32_t hiLo = prmt(kTableLo, kTableHi, mag);        // weights 0..3 (low 16 bits)
     const std::uint32_t hiHi = prmt(kTableLo, kTableHi, mag >> 16);  // weights 4..7
@@ -55,11 +77,16 @@ __device__ __forceinline__ void decode8(std::uint32_t w, float (&f)[8]) {
     const std::uint32_t bytesLo = hiLo | (signLo & 0x80808080u);
     const std::uint32_t bytesHi = hiHi | (signHi & 0x80808080u);
     // FP16 pairs [0, b_k, 0, b_k+1].
-    const std::uint32_t h01 = prmt(bytesLo, 0u, 0x1404u);
-    const std::uint32_t h23 = prmt(bytesLo, 0u, 0x3424u);
-    const std::uint32_t h45 = prmt(bytesHi, 0u, 0x1404u);
-    const std::uint32_t h67 = prmt(bytesHi, 0u, 0x3424u);
-    const std::uint32_t pairs[4] = {h01, h23, h45, h67};
+    h[0] = prmt(bytesLo, 0u, 0x1404u);
+    h[1] = prmt(bytesLo, 0u, 0x3424u);
+    h[2] = prmt(bytesHi, 0u, 0x1404u);
+    h[3] = prmt(bytesHi, 0u, 0x3424u);
+}
+
+// Decodes the 8 nibbles of `w` (nibble k = input k) into 8 floats, exactly E2M1 values.
+__device__ __forceinline__ void decode8(std::uint32_t w, float (&f)[8]) {
+    std::uint32_t pairs[4];
+    decodeHalfPairs(w, pairs);
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
         __half2 h = *reinterpret_cast<const __half2*>(&pairs[p]);
@@ -263,6 +290,274 @@ __global__ void __launch_bounds__(256) fp4MatvecKernel(
     }  // row sets
 }
 
+// ---- batch-1 tensor-core kernel ----------------------------------------------------------------
+constexpr int kMmaWarps = 8;                 // warps per block, splitting a row's groups
+constexpr int kMmaThreads = 32 * kMmaWarps;
+constexpr int kMmaTileRows = 16;             // weight rows per block
+constexpr float kXPrescale = 1.0f / 256.0f;  // x·2^-8 in fp16: |x| up to 1.6e7 stays finite
+constexpr float kXPostscale = 256.0f;
+
+// One weight (or, with GeGLU, the gate/up pair) and where its tiles start in the grid.
+struct MmaSegment {
+    const std::uint8_t* codes;
+    const std::uint16_t* scales;
+    const std::uint8_t* upCodes;
+    const std::uint16_t* upScales;
+    float* y;
+    std::int64_t out;
+    int tileBegin;
+};
+struct MmaArgs {
+    MmaSegment segment[3];
+    int segments;
+    std::int64_t in;
+    const float* x;
+};
+
+// D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
+// side effects, so the compiler may interleave independent chains (a volatile asm keeps program
+// order, and each mma then waits out its predecessor's latency).
+__device__ __forceinline__ void mma16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                         std::uint32_t b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The 16 code bytes of rows g and g+8 a lane reads in one group, and the two group scales.
+struct GroupLoad {
+    uint4 rowA, rowB;
+    std::uint32_t scales;  // row g's bf16 scale in the low half, row g+8's in the high half
+};
+
+__device__ __forceinline__ void loadGroupRows(const std::uint8_t* codesA, const std::uint8_t* codesB,
+                                          const std::uint16_t* scalesA, const std::uint16_t* scalesB,
+                                          int group, int q, GroupLoad& g) {
+    const std::int64_t byte = static_cast<std::int64_t>(group) * 64 + q * 16;
+    g.rowA = ldgStream16(codesA + byte);
+    g.rowB = ldgStream16(codesB + byte);
+    g.scales = static_cast<std::uint32_t>(__ldg(scalesA + group)) | (static_cast<std::uint32_t>(__ldg(scalesB + group)) << 16);
+}
+
+// Σ over one group for rows g (accA) and g+8 (accB): 4 words per row, 2 mmas per word pair
+// (4 with the lo half of x). xs: this group's 16 pieces of 8 fp16 (hi), xsLo the lo pieces.
+// Four independent accumulator chains (word parity × hi/lo) instead of one: a dependent
+// mma.sync waits for its predecessor (tens of cycles), and 16 in a row per group set the pace.
+template <bool SPLIT>
+__device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xsHi, const uint4* xsLo, int q,
+                                         float& accA, float& accB) {
+    float c[2][2][4] = {};
+    const std::uint32_t wordsA[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w};
+    const std::uint32_t wordsB[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        std::uint32_t ha[4], hb[4];
+        decodeHalfPairs(wordsA[j], ha);
+        decodeHalfPairs(wordsB[j], hb);
+        // Piece j*4 + q of the group holds the 8 x values of word j of lane-quarter q.
+        const uint4 xh = xsHi[j * 4 + q];
+        const std::uint32_t first[4] = {ha[0], hb[0], ha[1], hb[1]};
+        const std::uint32_t second[4] = {ha[2], hb[2], ha[3], hb[3]};
+        mma16816(c[j & 1][0], first, xh.x, xh.y);
+        mma16816(c[j & 1][0], second, xh.z, xh.w);
+        if constexpr (SPLIT) {
+            const uint4 xl = xsLo[j * 4 + q];
+            mma16816(c[j & 1][1], first, xl.x, xl.y);
+            mma16816(c[j & 1][1], second, xl.z, xl.w);
+        }
+    }
+    // Every column of C holds the same dot; element 0 is row g, element 2 row g+8.
+    const float sumA = (c[0][0][0] + c[1][0][0]) + (c[0][1][0] + c[1][1][0]);
+    const float sumB = (c[0][0][2] + c[1][0][2]) + (c[0][1][2] + c[1][1][2]);
+    accA = fmaf(sumA, __uint_as_float(g.scales << 16), accA);
+    accB = fmaf(sumB, __uint_as_float(g.scales & 0xFFFF0000u), accB);
+}
+
+// x → fp16 hi/lo pieces in shared memory (see the kernel); piece c = inputs 8c .. 8c+7, zero past
+// `in`. Each thread converts up to kStagePieces pieces per pass with all their loads issued
+// first: x comes from L2, and a loop of dependent round trips here delays every warp.
+constexpr int kStagePieces = 8;
+template <bool SPLIT>
+__device__ __forceinline__ void stageX(const float* __restrict__ x, std::int64_t in, int groups, uint4* xsHi,
+                                       uint4* xsLo) {
+    const int pieces = groups * 16;
+    for (int first = threadIdx.x; first < pieces; first += kMmaThreads * kStagePieces) {
+        float4 v[kStagePieces][2];
+#pragma unroll
+        for (int k = 0; k < kStagePieces; ++k) {
+            const int c = first + k * kMmaThreads;
+            const std::int64_t base = static_cast<std::int64_t>(c) * 8;
+            if (c < pieces && base + 8 <= in) {
+                v[k][0] = __ldg(reinterpret_cast<const float4*>(x + base));
+                v[k][1] = __ldg(reinterpret_cast<const float4*>(x + base + 4));
+            } else {
+                float t[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) t[e] = c < pieces && base + e < in ? __ldg(x + base + e) : 0.0f;
+                v[k][0] = make_float4(t[0], t[1], t[2], t[3]);
+                v[k][1] = make_float4(t[4], t[5], t[6], t[7]);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kStagePieces; ++k) {
+            const int c = first + k * kMmaThreads;
+            if (c >= pieces) break;
+            const float f[8] = {v[k][0].x, v[k][0].y, v[k][0].z, v[k][0].w, v[k][1].x, v[k][1].y, v[k][1].z, v[k][1].w};
+            std::uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float a = f[2 * e] * kXPrescale, b = f[2 * e + 1] * kXPrescale;
+                const __half2 h = __floats2half2_rn(a, b);
+                const float2 hf = __half22float2(h);
+                const __half2 l = __floats2half2_rn(a - hf.x, b - hf.y);
+                hi[e] = *reinterpret_cast<const std::uint32_t*>(&h);
+                lo[e] = *reinterpret_cast<const std::uint32_t*>(&l);
+            }
+            // Group G = c/16, quarter q = (c%16)/4, word j = c%4 → slot G·16 + j·4 + q.
+            const int slot = (c / 16) * 16 + (c % 4) * 4 + (c % 16) / 4;
+            xsHi[slot] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            if constexpr (SPLIT) xsLo[slot] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+    }
+}
+
+// The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
+// re-read the last row, a valid address, and are not stored).
+// GeGLU's up rows sit at a fixed distance from the gate rows (one segment), taken from the
+// kernel parameters at each use instead of four more pointers in registers.
+struct TileRows {
+    const std::uint8_t *codesA, *codesB;
+    const std::uint16_t *scalesA, *scalesB;
+};
+
+__device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
+    int seg = 0;
+#pragma unroll
+    for (int s = 1; s < 3; ++s)
+        if (s < args.segments && tile >= args.segment[s].tileBegin) seg = s;
+    return seg;
+}
+
+__device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int g, int groups) {
+    const MmaSegment& S = args.segment[segmentOf(args, tile)];
+    const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
+    const std::int64_t rowA = min(row0 + g, S.out - 1);
+    const std::int64_t rowB = min(row0 + g + 8, S.out - 1);
+    const std::int64_t rowBytes = static_cast<std::int64_t>(groups) * 64;
+    TileRows t;
+    t.codesA = S.codes + rowA * rowBytes;
+    t.codesB = S.codes + rowB * rowBytes;
+    t.scalesA = S.scales + rowA * groups;
+    t.scalesB = S.scales + rowB * groups;
+    return t;
+}
+
+// Persistent grid (at most the resident block count); block b takes tiles b, b + gridDim, ...
+// and its 8 warps split each tile's groups (warp w: groups w, w+8, ...). A warp walks its (tile,
+// group) items as one flat stream with D items in flight: the slot an item is computed from is
+// refilled at once with the item D ahead, across tile boundaries, so the memory pipe never drains
+// between tiles. At the end of each tile the warps' partial sums meet in shared memory (double
+// buffered: one barrier per tile) and one warp writes the 16 outputs.
+template <bool GEGLU, bool SPLIT, int D>
+__global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
+    extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
+    __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int q = lane & 3;
+    const std::int64_t in = args.in;
+    const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
+    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+    const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
+    const int items = myTiles * myGroups;
+
+    // Load iterator: the next item to fetch (tile index among mine, group index among mine).
+    int loadTile = 0, loadGroup = 0;
+    TileRows loadRows{};
+    if (items > 0) loadRows = tileRows(args, blockIdx.x, g, groups);
+    GroupLoad slot[D];
+    GroupLoad slotUp[GEGLU ? D : 1];
+    auto fetch = [&](GroupLoad& dst, GroupLoad& dstUp) {
+        const int G = warp + loadGroup * kMmaWarps;
+        loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, q, dst);
+        if constexpr (GEGLU) {
+            const std::ptrdiff_t codeDelta = args.segment[0].upCodes - args.segment[0].codes;
+            const std::ptrdiff_t scaleDelta = args.segment[0].upScales - args.segment[0].scales;
+            loadGroupRows(loadRows.codesA + codeDelta, loadRows.codesB + codeDelta, loadRows.scalesA + scaleDelta,
+                          loadRows.scalesB + scaleDelta, G, q, dstUp);
+        }
+        if (++loadGroup == myGroups) {
+            loadGroup = 0;
+            if (++loadTile < myTiles)
+                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, groups);
+        }
+    };
+    // Weight loads of the first items go out before x is staged, so the two latencies overlap.
+#pragma unroll
+    for (int u = 0; u < D; ++u)
+        if (u < items) fetch(slot[u], slotUp[u]);
+
+    uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
+    uint4* xsLo = xsHi + groups * 16;
+    stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
+    __syncthreads();
+
+    float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
+    int computeTile = 0, computeGroup = 0;
+    // Ends tile `computeTile` for this warp: partials to shared memory, one barrier, warp
+    // (tile % 8) sums the 8 warps' partials and stores the 16 outputs.
+    auto flush = [&](int mine) {
+        const int buffer = mine & 1;
+        if (q == 0) {
+            partial[buffer][warp][0][g] = accA;
+            partial[buffer][warp][0][g + 8] = accB;
+            if constexpr (GEGLU) {
+                partial[buffer][warp][1][g] = upAccA;
+                partial[buffer][warp][1][g + 8] = upAccB;
+            }
+        }
+        accA = accB = upAccA = upAccB = 0.0f;
+        __syncthreads();
+        const int tile = blockIdx.x + mine * gridDim.x;
+        if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows) {
+            const MmaSegment& S = args.segment[segmentOf(args, tile)];
+            const std::int64_t row = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows + lane;
+            if (row < S.out) {
+                float sum = 0.0f, upSum = 0.0f;
+#pragma unroll
+                for (int w = 0; w < kMmaWarps; ++w) {
+                    sum += partial[buffer][w][0][lane];
+                    if constexpr (GEGLU) upSum += partial[buffer][w][1][lane];
+                }
+                float v = sum * kXPostscale;
+                if constexpr (GEGLU) v = geluTanh(v) * (upSum * kXPostscale);
+                S.y[row] = v;
+            }
+        }
+    };
+
+    for (int k0 = 0; k0 < items; k0 += D) {
+#pragma unroll
+        for (int u = 0; u < D; ++u) {
+            if (k0 + u >= items) break;
+            const int G = warp + computeGroup * kMmaWarps;
+            groupDot<SPLIT>(slot[u], xsHi + G * 16, xsLo + G * 16, q, accA, accB);
+            if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u], xsHi + G * 16, xsLo + G * 16, q, upAccA, upAccB);
+            if (k0 + u + D < items) fetch(slot[u], slotUp[u]);
+            if (++computeGroup == myGroups) {
+                computeGroup = 0;
+                flush(computeTile++);
+            }
+        }
+    }
+    // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
+    if (myGroups == 0)
+        for (int t = 0; t < myTiles; ++t) flush(t);
+}
+
 // ---- host launcher ---------------------------------------------------------------------------------
 constexpr int kThreads = 256;
 
@@ -323,20 +618,9 @@ cudaError_t launchRows(const Fp4MatvecParams& p, const LaunchPlan& plan, int nb,
     }
 }
 
+// The fp32 CUDA-core kernel (any batch), one weight.
 template <bool GEGLU>
-KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
-    if (!p.codes || !p.scales || !p.x || !p.y) return KernelStatus::InvalidArgument;
-    if (GEGLU && (!p.upCodes || !p.upScales)) return KernelStatus::InvalidArgument;
-    if (p.out < 1 || p.in < 1 || p.rows < 1) return KernelStatus::InvalidArgument;
-    if (p.xStride < p.in || p.xStride % 4 != 0 || p.yStride < p.out)
-        return KernelStatus::InvalidArgument;
-    if (!aligned16(p.codes) || !aligned16(p.x) || (GEGLU && !aligned16(p.upCodes)))
-        return KernelStatus::InvalidArgument;
-    if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
-        return KernelStatus::InvalidArgument;
-    if (formats::fp4RowBytes(p.in) / 16 > 0x7fffffff / 64) return KernelStatus::Unsupported;
-    DeviceFacts facts;
-    if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaStream_t stream) {
     // Rows per warp: as many as still give >= 16 warps per SM (the resident count at 128
     // registers); more rows per warp means x is re-read less.
     const std::int64_t wantWarps = static_cast<std::int64_t>(facts.smCount) * 16;
@@ -362,6 +646,107 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
         const cudaError_t err = launchRows<GEGLU>(p, plan, nb, rowsPerWarp, p.x + r0 * p.xStride,
                                                   p.y + r0 * p.yStride, stream);
         if (err != cudaSuccess) return KernelStatus::LaunchFailed;
+    }
+    return KernelStatus::Ok;
+}
+
+template <bool GEGLU, bool SPLIT, int D>
+cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
+                           cudaStream_t stream) {
+    // Raise the dynamic shared-memory limit once per instantiation to the largest size seen.
+    static thread_local std::size_t raised = 48 * 1024;
+    if (smem > raised) {
+        const cudaError_t err = cudaFuncSetAttribute(fp4MatvecMmaKernel<GEGLU, SPLIT, D>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(smem));
+        if (err != cudaSuccess) return err;
+        raised = smem;
+    }
+    // Persistent grid: the resident block count (2 per SM by the launch bounds, fewer when x's
+    // copy does not fit twice), then as few blocks as still give every block the same number
+    // of tiles.
+    int perSm = 2;
+    while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + 2048) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
+    const int resident = perSm * facts.smCount;
+    const int rounds = (tiles + resident - 1) / resident;
+    const int blocks = (tiles + rounds - 1) / rounds;
+    fp4MatvecMmaKernel<GEGLU, SPLIT, D><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(args, tiles);
+    return cudaGetLastError();
+}
+
+// Batch 1 on tensor cores: every segment's tiles in one grid.
+template <bool GEGLU>
+KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaStream_t stream) {
+    MmaArgs args{};
+    args.in = p.in;
+    args.x = p.x;
+    args.segments = 1 + p.extraCount;
+    int tiles = 0;
+    for (int s = 0; s < args.segments; ++s) {
+        MmaSegment& seg = args.segment[s];
+        if (s == 0) {
+            seg = {p.codes, p.scales, p.upCodes, p.upScales, p.y, p.out, 0};
+        } else {
+            const auto& e = p.extra[s - 1];
+            seg = {e.codes, e.scales, nullptr, nullptr, e.y, e.out, 0};
+        }
+        seg.tileBegin = tiles;
+        tiles += static_cast<int>((seg.out + kMmaTileRows - 1) / kMmaTileRows);
+    }
+    const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
+    const bool split = !p.singleHalfX;
+    const std::size_t smem = static_cast<std::size_t>(groups) * 16 * 16 * (split ? 2 : 1);
+    if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
+    cudaError_t err;
+    if constexpr (GEGLU) {
+        err = split ? launchMmaTyped<true, true, 2>(args, tiles, smem, facts, stream)
+                    : launchMmaTyped<true, false, 2>(args, tiles, smem, facts, stream);
+    } else {
+        err = split ? launchMmaTyped<false, true, 4>(args, tiles, smem, facts, stream)
+                    : launchMmaTyped<false, false, 4>(args, tiles, smem, facts, stream);
+    }
+    return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
+}
+
+template <bool GEGLU>
+KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
+    if (!p.codes || !p.scales || !p.x || !p.y) return KernelStatus::InvalidArgument;
+    if (GEGLU && (!p.upCodes || !p.upScales)) return KernelStatus::InvalidArgument;
+    if (p.out < 1 || p.in < 1 || p.rows < 1) return KernelStatus::InvalidArgument;
+    if (p.xStride < p.in || p.xStride % 4 != 0 || p.yStride < p.out)
+        return KernelStatus::InvalidArgument;
+    if (!aligned16(p.codes) || !aligned16(p.x) || (GEGLU && !aligned16(p.upCodes)))
+        return KernelStatus::InvalidArgument;
+    if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
+        return KernelStatus::InvalidArgument;
+    if (p.extraCount < 0 || p.extraCount > 2 || (GEGLU && p.extraCount > 0)) return KernelStatus::InvalidArgument;
+    for (int e = 0; e < p.extraCount; ++e) {
+        const auto& x = p.extra[e];
+        const std::int64_t stride = x.yStride ? x.yStride : p.yStride;
+        if (!x.codes || !x.scales || !x.y || x.out < 1 || stride < x.out || !aligned16(x.codes))
+            return KernelStatus::InvalidArgument;
+    }
+    if (formats::fp4RowBytes(p.in) / 16 > 0x7fffffff / 64) return KernelStatus::Unsupported;
+    DeviceFacts facts;
+    if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+    if (p.rows == 1 && !p.forceCudaCores) {
+        const KernelStatus status = launchMma<GEGLU>(p, facts, stream);
+        if (status != KernelStatus::Unsupported) return status;
+        // x does not fit in shared memory: the CUDA-core kernel reads it from global memory.
+    }
+    // The CUDA-core kernel, one launch per segment.
+    for (int s = 0; s <= p.extraCount; ++s) {
+        Fp4MatvecParams one = p;
+        one.extraCount = 0;
+        if (s > 0) {
+            one.codes = p.extra[s - 1].codes;
+            one.scales = p.extra[s - 1].scales;
+            one.out = p.extra[s - 1].out;
+            one.y = p.extra[s - 1].y;
+            if (p.extra[s - 1].yStride) one.yStride = p.extra[s - 1].yStride;
+        }
+        const KernelStatus status = launchCudaCores<GEGLU>(one, facts, stream);
+        if (status != KernelStatus::Ok) return status;
     }
     return KernelStatus::Ok;
 }

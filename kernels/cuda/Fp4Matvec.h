@@ -28,8 +28,26 @@ struct Fp4MatvecParams {
     float* y = nullptr;
     std::int64_t yStride = 0;
     int rows = 1;  // batch of input vectors; any count >= 1 (processed 4 at a time)
-    int rowsPerWarp = 0;  // 0: chosen from the device; 1, 2 or 4 forces it (benchmarks)
-    bool forceGlobalX = false;  // tests/benchmarks: skip the shared-memory copy of x
+    // Up to two more weights of the same `in`, computed on the same x in the same launch (a
+    // layer's q, k and v projections: one weight stream instead of three small ones). Each has
+    // its own codes/scales/out and writes y[r][o] of its own `y` (row stride yStride, 0 = this
+    // call's yStride). Not with GeGLU.
+    struct Extra {
+        const std::uint8_t* codes = nullptr;
+        const std::uint16_t* scales = nullptr;
+        std::int64_t out = 0;
+        float* y = nullptr;
+        std::int64_t yStride = 0;
+    };
+    Extra extra[2];
+    int extraCount = 0;
+    // Batch 1 runs on tensor cores (see Fp4Matvec.cu) unless forced onto the fp32 CUDA-core
+    // kernel (tests, benchmarks). singleHalfX: round x to one fp16 instead of hi + lo (faster,
+    // ~2^-12 relative error on x instead of ~2^-22; experiments only).
+    bool forceCudaCores = false;
+    bool singleHalfX = false;
+    int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
+    bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
 };
 
 // y = W·x.

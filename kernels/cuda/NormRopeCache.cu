@@ -66,7 +66,11 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
         weight = nullptr;
     }
 
-    float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
+    // Every global read (the head, its norm weights, the position and the frequencies) is issued
+    // before the reduction: the kernel is a chain of latencies, not of work.
+    float a[kMaxPairsPerLane], b[kMaxPairsPerLane], wa[kMaxPairsPerLane], wb[kMaxPairsPerLane],
+        freq[kMaxPairsPerLane];
+    const int pos = p.positions[row];
     float ss = 0.0f;
 #pragma unroll
     for (int t = 0; t < kMaxPairsPerLane; ++t) {
@@ -74,23 +78,23 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
             const int j = lane + 32 * t;
             a[t] = src[j];
             b[t] = src[j + half];
+            wa[t] = weight ? weight[j] : 1.0f;
+            wb[t] = weight ? weight[j + half] : 1.0f;
+            freq[t] = kind != kV && j < p.rotatedPairs ? p.invFreq[j] : 0.0f;
             ss = fmaf(a[t], a[t], ss);
             ss = fmaf(b[t], b[t], ss);
         }
     }
     ss = warpSum(ss);
     const float inv = rsqrtf(ss / static_cast<float>(d) + p.eps);
-    const int pos = p.positions[row];
 #pragma unroll
     for (int t = 0; t < kMaxPairsPerLane; ++t) {
         if (t < pairsPerLane && lane + 32 * t < half) {
             const int j = lane + 32 * t;
-            const float wa = weight ? weight[j] : 1.0f;
-            const float wb = weight ? weight[j + half] : 1.0f;
-            float x0 = a[t] * inv * wa;
-            float x1 = b[t] * inv * wb;
+            float x0 = a[t] * inv * wa[t];
+            float x1 = b[t] * inv * wb[t];
             if (kind != kV && j < p.rotatedPairs) {
-                const float angle = p.invFreq[j] * static_cast<float>(pos);
+                const float angle = freq[t] * static_cast<float>(pos);
                 float s, c;
                 sincosf(angle, &s, &c);
                 const float y0 = x0 * c - x1 * s;

@@ -145,6 +145,69 @@ void gegluRows(const float* gate, const float* up, std::int64_t n, float* out) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = geluTanh(gate[i]) * up[i];
 }
 
+void dequantizeFp4ToBf16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out,
+                         std::int64_t in, std::uint16_t* y, std::int64_t ldOut) {
+    const std::int64_t rowBytes = fmt::fp4RowBytes(in);
+    const std::int64_t groups = fmt::fp4GroupsPerRow(in);
+    for (std::int64_t o = 0; o < out; ++o) {
+        const std::uint8_t* codesRow = codes + o * rowBytes;
+        const std::uint16_t* scalesRow = scales + o * groups;
+        std::uint16_t* yRow = y + o * ldOut;
+        for (std::int64_t i = 0; i < in; ++i) {
+            const std::uint8_t byte = codesRow[i / 2];
+            const unsigned nibble = (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+            const float product = fmt::e2m1ToFloat(nibble) * fmt::bf16ToFloat(scalesRow[i / fmt::kFp4GroupSize]);
+            yRow[i] = fmt::floatToBf16(product);
+        }
+    }
+}
+
+void splitToBf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t xStride,
+                 std::uint16_t* hi, std::uint16_t* lo, std::int64_t outStride) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const float v = x[r * xStride + c];
+            const std::uint16_t h = fmt::floatToBf16(v);
+            hi[r * outStride + c] = h;
+            if (lo) lo[r * outStride + c] = fmt::floatToBf16(v - fmt::bf16ToFloat(h));
+        }
+    }
+}
+
+void dequantizeFp4ToFp16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out,
+                         std::int64_t in, std::uint16_t* y, std::int64_t ldOut, float multiplier) {
+    const std::int64_t rowBytes = fmt::fp4RowBytes(in);
+    const std::int64_t groups = fmt::fp4GroupsPerRow(in);
+    for (std::int64_t o = 0; o < out; ++o) {
+        for (std::int64_t i = 0; i < in; ++i) {
+            const std::uint8_t byte = codes[o * rowBytes + i / 2];
+            const unsigned nibble = (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+            const float scale = fmt::bf16ToFloat(scales[o * groups + i / fmt::kFp4GroupSize]) * multiplier;
+            y[o * ldOut + i] = fmt::floatToFp16(fmt::e2m1ToFloat(nibble) * scale);
+        }
+    }
+}
+
+void splitToFp16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t xStride, std::uint16_t* hi,
+                 std::uint16_t* lo, std::int64_t outStride, float multiplier) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const float v = x[r * xStride + c] * multiplier;
+            const std::uint16_t h = fmt::floatToFp16(v);
+            hi[r * outStride + c] = h;
+            if (lo) lo[r * outStride + c] = fmt::floatToFp16(v - fmt::fp16ToFloat(h));
+        }
+    }
+}
+
+void gegluGateUpRows(const float* gateUp, std::int64_t rows, std::int64_t width, std::int64_t ldIn,
+                     float* y, std::int64_t ldOut) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* row = gateUp + r * ldIn;
+        gegluRows(row, row + width, width, y + r * ldOut);
+    }
+}
+
 void ropeInverseFrequencies(std::int64_t headDim, std::int64_t rotatedPairs, double theta,
                             float* inverseFrequency) {
     // transformers: inv_freq = 1 / theta^(arange(0, 2·rotatedPairs, 2) / headDim), in fp32.

@@ -48,6 +48,35 @@ float geluTanh(float x);
 // out[i] = gelu_tanh(gate[i]) · up[i]
 void gegluRows(const float* gate, const float* up, std::int64_t n, float* out);
 
+// ---- GEMM prefill building blocks (kernels/cuda Fp4Dequantize, ActivationConvert, GegluElementwise)
+
+// BF16 copy of an FP4-E2M1 group-128 weight W[out][in]: y[o][i] = floatToBf16(e2m1(code) × scale)
+// (the fp32 product, exact for normal scales, rounded to nearest even to bf16: the product of a
+// 2-bit and an 8-bit significand needs up to 10 bits). y is BF16 bits, row-major [out][ldOut];
+// columns [in, ldOut) are not written.
+void dequantizeFp4ToBf16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out,
+                         std::int64_t in, std::uint16_t* y, std::int64_t ldOut);
+
+// FP16 copy of an FP4 weight for the GPU prefill: y[o][i] = floatToFp16(e2m1(code) × scale ×
+// multiplier), multiplier a power of two (exact while the products are normal FP16 numbers).
+void dequantizeFp4ToFp16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out,
+                         std::int64_t in, std::uint16_t* y, std::int64_t ldOut, float multiplier);
+
+// hi = floatToFp16(x·multiplier), lo = floatToFp16(x·multiplier − hi), as splitToBf16.
+void splitToFp16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t xStride, std::uint16_t* hi,
+                 std::uint16_t* lo, std::int64_t outStride, float multiplier);
+
+// hi[r][c] = floatToBf16(x[r][c]); lo[r][c] = floatToBf16(x[r][c] − bf16(hi[r][c])) when lo is not
+// null (x − hi is exact in fp32, so x ≈ hi + lo to 2^-16 relative). x is [rows][xStride], hi and lo
+// [rows][outStride] BF16 bits; columns [0, cols) are written.
+void splitToBf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t xStride,
+                 std::uint16_t* hi, std::uint16_t* lo, std::int64_t outStride);
+
+// GeGLU over a fused gate|up output: y[r][j] = gelu_tanh(gateUp[r][j]) · gateUp[r][width + j]
+// for j < width; gateUp is [rows][ldIn] (ldIn >= 2·width), y is [rows][ldOut].
+void gegluGateUpRows(const float* gateUp, std::int64_t rows, std::int64_t width, std::int64_t ldIn,
+                     float* y, std::int64_t ldOut);
+
 // Rotates each of `heads` vectors of width headDim in place at absolute position `position`,
 // half-split (NeoX) layout: dim j pairs with j + headDim/2 and uses inverseFrequency[j].
 // Pairs whose inverse frequency is 0 are left untouched (the p-RoPE identity dims).

@@ -1,8 +1,12 @@
 // The CUDA backend against the CPU oracle and against transformers, on every golden model
 // (GPU machine only; CTest label `gpu`; exits 77 = skipped where no CUDA device exists).
 //
-// Two configurations: an f32 KV cache must match the CPU oracle to 1e-3·max|ref| (fp32 rounding
-// and summation order only), which proves the kernels and the backend compute the same function;
+// Configurations: with an f32 KV cache and the matvec prefill the GPU must match the CPU oracle to
+// 1e-3·max|ref| (fp32 rounding and summation order only), which proves the kernels and the
+// backend compute the same function. The default prefill (cuBLASLt FP16 GEMMs over exactly
+// dequantized weights, flash attention with fp16 q/K/V/P) is held to issue 3's 2e-2·max|ref|:
+// measured 0.2–1.3 % on these deliberately peaked models, where the matvec path gives ≤ 1.3e-4,
+// so the difference is the fp16 attention operands (docs/KERNELS.md);
 // the optional bf16 KV cache is held to 1e-1·max|ref| (measured 1.9–7.6 % on these peaked models:
 // bf16 keys shift unscaled q·k scores; it catches wrong slots or bands, not rounding). Greedy tokens must be
 // identical; a flip is accepted only where the reference's two best logits are closer than the
@@ -28,9 +32,11 @@ struct Generation {
 };
 
 Generation generate(const fs::path& package, gemma::Device device, const std::vector<std::int32_t>& prompt, int count,
-                    gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16) {
+                    gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16, int prefillGemmMinRows = 16) {
     Generation run;
-    auto engine = gemma::Engine::open(package, gemma::OpenOptions{device, 512, kvCache});
+    gemma::OpenOptions options{device, 512, kvCache};
+    options.prefillGemmMinRows = prefillGemmMinRows;
+    auto engine = gemma::Engine::open(package, options);
     EXPECT_TRUE(engine) << engine.status().message();
     if (!engine) return run;
     gemma::GenerationRequest request;
@@ -123,11 +129,17 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     const int count = static_cast<int>(greedy.size());
     const Generation cpu = generate(scratch / "model.gemma", gemma::Device::Cpu, prompt, count);
     const Generation exact = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32);
-    compare(exact, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs cpu", 1e-3);
+    // The prompt's logits come in chunks of 32 positions: the first runs the GEMM prefill (cuBLASLt
+    // over dequantized weights, flash attention), the rest the matvecs; a second run prefills with
+    // matvecs only.
+    compare(exact, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs cpu", 2e-2);
+    const Generation matvecOnly = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0);
+    compare(matvecOnly, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(matvec prefill) vs cpu", 1e-3);
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");
-    compare(exact, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs transformers", 1e-3);
+    compare(exact, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs transformers", 2e-2);
+    compare(matvecOnly, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(matvec prefill) vs transformers", 1e-3);
 }
 
 // The opt-in decode graph must pass its own bit-identical self-check (CudaBackend::decodeStep)

@@ -219,3 +219,48 @@ TEST(Fp16, DecodesNormalsSubnormalsAndSpecials) {
     EXPECT_TRUE(std::isnan(fmt::fp16ToFloat(0x7E00)));
     EXPECT_TRUE(std::signbit(fmt::fp16ToFloat(0x8000)));
 }
+
+// floatToFp16 (the GPU prefill's FP16 operands): every FP16 value round-trips, and the rounding of
+// fp32 values is nearest-even with subnormals and overflow to inf, checked at the boundaries.
+TEST(Fp16, EncodesWithRoundToNearestEven) {
+    for (unsigned h = 0; h < 0x10000u; ++h) {
+        const float v = fmt::fp16ToFloat(static_cast<std::uint16_t>(h));
+        if (std::isnan(v)) {
+            EXPECT_TRUE(std::isnan(fmt::fp16ToFloat(fmt::floatToFp16(v))));
+            continue;
+        }
+        ASSERT_EQ(fmt::floatToFp16(v), h) << "fp16 0x" << std::hex << h;
+    }
+    EXPECT_EQ(fmt::floatToFp16(1.0f + 0x1p-11f), 0x3C00);         // tie: to even (down)
+    EXPECT_EQ(fmt::floatToFp16(1.0f + 3 * 0x1p-11f), 0x3C02);     // tie: to even (up)
+    EXPECT_EQ(fmt::floatToFp16(1.0f + 0x1p-11f + 0x1p-20f), 0x3C01);  // past the tie
+    EXPECT_EQ(fmt::floatToFp16(65519.0f), 0x7BFF);                // below the overflow tie
+    EXPECT_EQ(fmt::floatToFp16(65520.0f), 0x7C00);                // the tie rounds to inf
+    EXPECT_EQ(fmt::floatToFp16(-1e30f), 0xFC00);
+    EXPECT_EQ(fmt::floatToFp16(0x1p-25f), 0x0000);                // tie between 0 and 2^-24: even
+    EXPECT_EQ(fmt::floatToFp16(0x1.8p-25f), 0x0001);
+    EXPECT_EQ(fmt::floatToFp16(3 * 0x1p-25f), 0x0002);            // tie 1.5 units: to even
+    EXPECT_EQ(fmt::floatToFp16(0x1.ffcp-15f), 0x0400);            // rounds up into the normals
+    EXPECT_EQ(fmt::floatToFp16(-0.0f), 0x8000);
+    EXPECT_EQ(fmt::floatToFp16(1e-30f), 0x0000);
+}
+
+// The prefill's FP16 weight multiplier puts 6·max|scale| in [2^14, 2^15), so every E2M1 × scale
+// product of that weight (down to 2^-28 of the largest) is an exact normal FP16 number.
+TEST(Fp16, WeightMultiplierKeepsProductsExact) {
+    for (float maxScale : {1e-4f, 3.7e-3f, 0.02f, 1.0f, 250.0f}) {
+        const float m = fmt::fp16WeightMultiplier(maxScale);
+        int exponent = 0;
+        EXPECT_EQ(std::frexp(m, &exponent), 0.5f) << "a power of two";
+        const float largest = 6.0f * maxScale * m;
+        EXPECT_GE(largest, 16384.0f);
+        EXPECT_LT(largest, 32768.0f);
+        const float scale = fmt::roundToBf16(maxScale * 0.37f);
+        for (unsigned code = 0; code < 16; ++code) {
+            const float product = fmt::e2m1ToFloat(code) * scale * m;
+            EXPECT_EQ(fmt::fp16ToFloat(fmt::floatToFp16(product)), product) << maxScale << " code " << code;
+        }
+    }
+    EXPECT_EQ(fmt::fp16WeightMultiplier(0.0f), 1.0f);
+    EXPECT_EQ(fmt::fp16WeightMultiplier(std::numeric_limits<float>::infinity()), 1.0f);
+}

@@ -200,6 +200,18 @@ struct Fp4Matrix {
     }
 };
 
+// An Fp4Matrix on the device (codes base 256-byte aligned by cudaMalloc).
+struct DeviceFp4 {
+    DeviceBuffer<std::uint8_t> codes;
+    DeviceBuffer<std::uint16_t> scales;
+};
+inline DeviceFp4 upload(const Fp4Matrix& m) {
+    DeviceFp4 d{DeviceBuffer<std::uint8_t>(m.codes.size()), DeviceBuffer<std::uint16_t>(m.scales.size())};
+    d.codes.upload(m.codes);
+    d.scales.upload(m.scales);
+    return d;
+}
+
 // Uniformly random E2M1 codes (every nibble value, -0 included) with bf16 group scales around
 // 1/(6·sqrt(in)) so that outputs stay O(1); padding nibbles past `in` are 0 (the format's rule).
 inline Fp4Matrix randomFp4(std::int64_t out, std::int64_t in, std::mt19937_64& rng) {

@@ -4,6 +4,9 @@
 // - FP64 host reference over the same stored codes/scales and fp32 inputs;
 // - x padded past `in` with NaN (must never be read), y poisoned with NaN before each launch;
 // - parity oracle: cuBLASLt fp32 GEMM over the dequantized weights, same inputs;
+// - batch 1 runs the tensor-core kernel by default; every shape also runs on the fp32 CUDA-core
+//   kernel (forceCudaCores) and with one-fp16 x (singleHalfX, looser tolerance: x carries ~11
+//   bits there); q/k/v fused into one launch (Fp4MatvecParams::extra) against three references;
 // - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
 #include "../../kernels/cuda/Fp4Matvec.cu"
 #include "HarnessCommon.h"
@@ -89,20 +92,12 @@ double geluTanhRef(double v) {
     return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
 }
 
-// Uploads a matrix; returns device codes/scales (codes base 256-byte aligned by cudaMalloc).
-struct DeviceFp4 {
-    DeviceBuffer<std::uint8_t> codes;
-    DeviceBuffer<std::uint16_t> scales;
-};
-DeviceFp4 upload(const Fp4Matrix& m) {
-    DeviceFp4 d{DeviceBuffer<std::uint8_t>(m.codes.size()), DeviceBuffer<std::uint16_t>(m.scales.size())};
-    d.codes.upload(m.codes);
-    d.scales.upload(m.scales);
-    return d;
-}
+
+enum class Path { Default, CudaCores, SingleHalf };
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
-              bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false) {
+              bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false,
+              Path path = Path::Default) {
     const Fp4Matrix w = randomFp4(s.out, s.in, rng);
     const std::vector<float> deq = w.dequantize();
     const std::int64_t xStride = (s.in + 31) / 32 * 32 + 4;  // padding past `in` is NaN
@@ -127,6 +122,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.yStride = yStride;
     p.rows = rows;
     p.forceGlobalX = forceGlobalX;
+    p.forceCudaCores = forceGlobalX || path == Path::CudaCores;
+    p.singleHalfX = path == Path::SingleHalf;
+    // One fp16 for x: ~2^-12 relative per input, so ~1e-3 of max|ref| on a dot; hi + lo and the
+    // fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over 21504 inputs).
+    const double tol = path == Path::SingleHalf ? 3e-3 : 1e-4;
     dy.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
@@ -145,8 +145,9 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         for (std::int64_t o = s.out; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
     const std::string tag = s.name + " " + std::to_string(s.out) + "x" + std::to_string(s.in) +
                             (rows > 1 ? " b" + std::to_string(rows) : "") +
-                            (forceGlobalX ? " xglobal" : "");
-    report.add("matvec " + tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4,
+                            (forceGlobalX ? " xglobal" : "") +
+                            (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x" : "");
+    report.add("matvec " + tag, compare(got.data(), ref.data(), got.size()), tol, tol,
                gapsIntact ? "" : "(wrote past out!)");
     if (!gapsIntact) report.addCheck("matvec " + tag + " no stray writes", false, "");
 
@@ -168,7 +169,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yl = dLt.download();
         std::vector<double> yld(yl.begin(), yl.end());
-        report.add("  vs cuBLASLt " + tag, compare(got.data(), yld.data(), got.size()), 1e-4, 1e-4);
+        report.add("  vs cuBLASLt " + tag, compare(got.data(), yld.data(), got.size()), tol, tol);
     }
 
     if (s.geglu) {
@@ -191,7 +192,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 const double u = referenceDot(deqUp, s.in, o, x.data() + r * xStride);
                 refg.push_back(geluTanhRef(gate) * u);
             }
-        report.add("geglu  " + tag, compare(gotg.data(), refg.data(), gotg.size()), 1e-4, 1e-4);
+        report.add("geglu  " + tag, compare(gotg.data(), refg.data(), gotg.size()), tol, tol);
 
         if (timing && rows == 1) {
             const double bytes = 2.0 * static_cast<double>(w.codes.size() + 2 * w.scales.size());
@@ -208,21 +209,28 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 HCHECK(cudaMemcpy(sg.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
                 HCHECK(cudaMemcpy(su.ptr + c * w.scales.size(), du.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
             }
-            const double us = medianMicros(
-                [&](int i) {
-                    Fp4MatvecParams t = g;
-                    const int c = i % copies;
-                    t.codes = cg.ptr + c * w.codes.size();
-                    t.upCodes = cu.ptr + c * w.codes.size();
-                    t.scales = sg.ptr + c * w.scales.size();
-                    t.upScales = su.ptr + c * w.scales.size();
-                    gemma::cuda::launchFp4GegluMatvec(t, nullptr);
-                },
-                10, 50);
+            auto timeGeglu = [&](bool cudaCores, bool singleHalf) {
+                return medianMicros(
+                    [&](int i) {
+                        Fp4MatvecParams t = g;
+                        const int c = i % copies;
+                        t.codes = cg.ptr + c * w.codes.size();
+                        t.upCodes = cu.ptr + c * w.codes.size();
+                        t.scales = sg.ptr + c * w.scales.size();
+                        t.upScales = su.ptr + c * w.scales.size();
+                        t.forceCudaCores = cudaCores;
+                        t.singleHalfX = singleHalf;
+                        gemma::cuda::launchFp4GegluMatvec(t, nullptr);
+                    },
+                    10, 50);
+            };
+            const double us = timeGeglu(false, false);
+            const double half1 = timeGeglu(false, true), cores = timeGeglu(true, false);
             char line[256];
-            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s",
+            std::snprintf(line, sizeof line,
+                          "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s | one-fp16-x %6.1f | cuda-cores %6.1f GB/s",
                           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
-                          us, bytes / us * 1e-3);
+                          us, bytes / us * 1e-3, bytes / half1 * 1e-3, bytes / cores * 1e-3);
             perfLines.push_back(line);
         }
     }
@@ -240,30 +248,90 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             HCHECK(cudaMemcpy(cc.ptr + c * w.codes.size(), dw.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
             HCHECK(cudaMemcpy(ss.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
         }
-        auto timeVariant = [&](int rowsPerWarp, bool globalX) {
+        // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
+        auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf) {
             return medianMicros(
                 [&](int i) {
                     Fp4MatvecParams t = p;
                     const int c = i % copies;
                     t.codes = cc.ptr + c * w.codes.size();
                     t.scales = ss.ptr + c * w.scales.size();
+                    t.forceCudaCores = cudaCores;
+                    t.singleHalfX = singleHalf;
                     t.rowsPerWarp = rowsPerWarp;
                     t.forceGlobalX = globalX;
                     gemma::cuda::launchFp4Matvec(t, nullptr);
                 },
                 10, 30);
         };
-        const double us = timeVariant(0, false);
-        const double r1 = timeVariant(1, false), r2 = timeVariant(2, false), r4 = timeVariant(4, false);
-        const double g0 = timeVariant(0, true);
+        const double us = timeVariant(false, 0, false, false);
+        const double half1 = timeVariant(false, 0, false, true);
+        const double c0 = timeVariant(true, 0, false, false);
+        const double r1 = timeVariant(true, 1, false, false), r2 = timeVariant(true, 2, false, false),
+                     r4 = timeVariant(true, 4, false, false);
         char line[320];
         std::snprintf(line, sizeof line,
-                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | R1 %6.1f R2 %6.1f R4 %6.1f "
-                      "global-x %6.1f GB/s",
+                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | one-fp16-x %6.1f | cuda-cores %6.1f "
+                      "(R1 %6.1f R2 %6.1f R4 %6.1f) GB/s",
                       s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), us,
-                      bytes / us * 1e-3, bytes / r1 * 1e-3, bytes / r2 * 1e-3, bytes / r4 * 1e-3,
-                      bytes / g0 * 1e-3);
+                      bytes / us * 1e-3, bytes / half1 * 1e-3, bytes / c0 * 1e-3, bytes / r1 * 1e-3,
+                      bytes / r2 * 1e-3, bytes / r4 * 1e-3);
         perfLines.push_back(line);
+    }
+}
+
+
+// q, k and v of a layer in one launch (Fp4MatvecParams::extra): three weights, one x, three
+// outputs, each checked against its own FP64 reference; the tiles of segment boundaries that are
+// not multiples of 16 rows check the segment lookup.
+void runFused(const std::string& name, std::int64_t in, const std::int64_t (&outs)[3], int rows,
+              std::mt19937_64& rng, Report& report) {
+    std::vector<Fp4Matrix> ws;
+    std::vector<DeviceFp4> dws;
+    for (std::int64_t o : outs) {
+        ws.push_back(randomFp4(o, in, rng));
+        dws.push_back(upload(ws.back()));
+    }
+    const std::int64_t xStride = (in + 31) / 32 * 32 + 4;
+    std::vector<float> x(static_cast<std::size_t>(rows * xStride), std::nanf(""));
+    for (int r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < in; ++i) x[r * xStride + i] = std::uniform_real_distribution<float>(-2.f, 2.f)(rng);
+    DeviceBuffer<float> dx(x.size());
+    dx.upload(x);
+    const std::int64_t yStride = std::max({outs[0], outs[1], outs[2]}) + 5;
+    std::vector<DeviceBuffer<float>> dys;
+    for (int k = 0; k < 3; ++k) dys.emplace_back(static_cast<std::size_t>(rows * yStride));
+    Fp4MatvecParams p;
+    p.codes = dws[0].codes.ptr;
+    p.scales = dws[0].scales.ptr;
+    p.out = outs[0];
+    p.in = in;
+    p.x = dx.ptr;
+    p.xStride = xStride;
+    p.y = dys[0].ptr;
+    p.yStride = yStride;
+    p.rows = rows;
+    p.extraCount = 2;
+    for (int k = 1; k < 3; ++k) p.extra[k - 1] = {dws[k].codes.ptr, dws[k].scales.ptr, outs[k], dys[k].ptr};
+    for (auto& d : dys) d.poison();
+    HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    for (int k = 0; k < 3; ++k) {
+        const std::vector<float> y = dys[k].download();
+        const std::vector<float> deq = ws[k].dequantize();
+        std::vector<float> got;
+        std::vector<double> ref;
+        bool gapsIntact = true;
+        for (int r = 0; r < rows; ++r) {
+            for (std::int64_t o = 0; o < outs[k]; ++o) {
+                got.push_back(y[r * yStride + o]);
+                ref.push_back(referenceDot(deq, in, o, x.data() + r * xStride));
+            }
+            for (std::int64_t o = outs[k]; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
+        }
+        const std::string tag = "fused " + name + " segment " + std::to_string(k) + (rows > 1 ? " b" + std::to_string(rows) : "");
+        report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
+        if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
     }
 }
 
@@ -282,6 +350,14 @@ int main() {
                         gemma::cuda::launchFp4Matvec(bad, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
     }
 
+    // GEMMA_SHAPES=<substring>: only the preset shapes whose name contains it, timed (profiling).
+    if (const char* only = std::getenv("GEMMA_SHAPES")) {
+        std::vector<std::string> perfOnly;
+        for (const auto& s : presetShapes())
+            if (s.name.find(only) != std::string::npos) runShape(s, 1, rng, report, nullptr, true, perfOnly);
+        for (const auto& line : perfOnly) std::printf("%s\n", line.c_str());
+        return report.finish();
+    }
     cublasLtHandle_t lt = nullptr;
     if (!quick) {
         if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
@@ -292,13 +368,22 @@ int main() {
     std::vector<std::string> perf;
     for (const auto& s : oddShapes()) {
         runShape(s, 1, rng, report, lt, false, perf);
+        runShape(s, 1, rng, report, lt, false, perf, false, Path::CudaCores);
+        runShape(s, 1, rng, report, lt, false, perf, false, Path::SingleHalf);
         runShape(s, 3, rng, report, lt, false, perf);
         runShape(s, 1, rng, report, lt, false, perf, /*forceGlobalX=*/true);
         runShape(s, 2, rng, report, lt, false, perf, /*forceGlobalX=*/true);
     }
     runShape({"odd.1001x2112", 1001, 2112, true}, 5, rng, report, lt, false, perf);
+    runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report);
+    runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report);
+    runFused("odd 40/24/8", 200, {40, 24, 8}, 2, rng, report);
     if (!quick) {
-        for (const auto& s : presetShapes()) runShape(s, 1, rng, report, lt, true, perf);
+        runFused("12b full q/k", 3840, {8192, 512, 512}, 1, rng, report);
+        for (const auto& s : presetShapes()) {
+            runShape(s, 1, rng, report, lt, true, perf);
+            runShape(s, 1, rng, report, lt, false, perf, false, Path::CudaCores);
+        }
         runShape({"12b.q_sliding", 4096, 3840, true}, 3, rng, report, lt, false, perf);
         runShape({"31b.down", 5376, 21504, false}, 4, rng, report, lt, false, perf);
         runShape({"12b.down", 3840, 15360, true}, 1, rng, report, lt, false, perf, true);

@@ -105,7 +105,9 @@ int main() {
         {"scalar only+norm", false, false, true, true, 1.7f},
         {"unweighted branch", true, false, true, true, 1.0f},
     };
-    const std::int64_t sizes[] = {100, 1536, 2560, 3840, 5376};
+    // 1001 (n % 4 != 0) and 17000 (> 16384) take the looped path, the rest the register path
+    // with 1, 2 and 4 float4 pieces per thread.
+    const std::int64_t sizes[] = {100, 1001, 1536, 2560, 3840, 5376, 12288, 17000};
     for (const auto& m : modes)
         for (std::int64_t n : sizes)
             for (int rows : {1, 3}) runCase(m, n, rows, rng, report);

@@ -112,9 +112,13 @@ struct OpenOptions {
     Device device = Device::Auto;
     int contextAllocation = 4096;  // KV slots of full-attention layers
     KvCacheType kvCache = KvCacheType::F32;
-    // Replay uninstrumented single-token decode steps as one CUDA graph (self-checked against direct
-    // launches on first use). Off by default: not yet measured on a GPU (docs/PERFORMANCE.md).
-    bool cudaGraph = false;
+    // Replay uninstrumented single-token decode steps as one CUDA graph, self-checked against direct
+    // launches on first use (a mismatch turns it off and says why in the backend name).
+    bool cudaGraph = true;
+    // CUDA prefill: chunks of at least this many positions run as cuBLASLt BF16 GEMMs over weights
+    // dequantized per layer (when cuBLASLt loads); shorter ones, and every decode step, run the FP4
+    // matvec kernels. 0 = never use the GEMMs.
+    int prefillGemmMinRows = 16;
 };
 
 struct MemoryEstimate {

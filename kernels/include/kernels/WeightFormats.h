@@ -17,6 +17,7 @@
 // and the device agree bit for bit on what a stored weight means.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -85,6 +86,47 @@ GEMMA_HOST_DEVICE float fp16ToFloat(std::uint16_t h) {
     }
     if (exponent == 31) return bitsToFloat(sign | 0x7F800000u | (mantissa << 13));
     return bitsToFloat(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+// Round to nearest, ties to even, with subnormals; overflow gives ±inf, NaN stays NaN (quiet).
+// Used for the FP16 operands of the GPU prefill GEMMs (their values are chosen to fit).
+GEMMA_HOST_DEVICE std::uint16_t floatToFp16(float value) {
+    const std::uint32_t bits = floatToBits(value);
+    const std::uint32_t sign = (bits >> 16) & 0x8000u;
+    const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+    if (magnitude >= 0x7F800000u) return static_cast<std::uint16_t>(sign | (magnitude > 0x7F800000u ? 0x7E00u : 0x7C00u));
+    if (magnitude >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // >= 65520: rounds to inf
+    if (magnitude < 0x38800000u) {
+        // Below 2^-14: a multiple of 2^-24. value = significand × 2^(exponent − 150), so the count
+        // of 2^-24 units is significand × 2^(exponent − 126), a right shift by 126 − exponent.
+        const std::uint32_t exponent = magnitude >> 23;
+        if (exponent < 102) return static_cast<std::uint16_t>(sign);  // < 2^-25: rounds to ±0
+        const std::uint32_t significand = (magnitude & 0x7FFFFFu) | 0x800000u;
+        const std::uint32_t shift = 126u - exponent;  // 14 .. 24
+        std::uint32_t units = significand >> shift;
+        const std::uint32_t rest = significand & ((1u << shift) - 1u);
+        const std::uint32_t half = 1u << (shift - 1u);
+        if (rest > half || (rest == half && (units & 1u))) units += 1u;  // may carry into 2^-14: still right
+        return static_cast<std::uint16_t>(sign | units);
+    }
+    // Normal: rebias the exponent (127 → 15) and round the 23-bit fraction to 10 bits; a carry out
+    // of the fraction correctly bumps the exponent.
+    std::uint32_t h = (magnitude >> 13) - (112u << 10);
+    const std::uint32_t rest = magnitude & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h += 1u;
+    return static_cast<std::uint16_t>(sign | h);
+}
+
+// The power of two the GPU prefill multiplies an FP4 weight's products by before storing them as
+// FP16 (Fp4Dequantize): the largest possible magnitude, 6 × maxAbsScale, lands in [2^14, 2^15),
+// so nothing overflows and every product within 2^28 of it stays a normal FP16 number, which
+// holds an E2M1 × bf16 product exactly. 1 for a zero or non-finite maximum.
+inline float fp16WeightMultiplier(float maxAbsScale) {
+    if (!(maxAbsScale > 0.0f) || maxAbsScale > 3.0e38f) return 1.0f;
+    int exponent = 0;
+    (void)std::frexp(6.0f * maxAbsScale, &exponent);  // 6·max = m·2^exponent, m in [0.5, 1)
+    const int shift = 15 - exponent;
+    return std::ldexp(1.0f, shift < -120 ? -120 : shift > 120 ? 120 : shift);
 }
 
 // ---- FP4 E2M1 ---------------------------------------------------------------------------------

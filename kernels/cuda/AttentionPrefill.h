@@ -1,0 +1,59 @@
+// Flash-attention prefill: many consecutive query rows of one sequence per launch, on tensor cores
+// (mma.sync m16n8k16, FP16 operands, FP32 accumulation). See AttentionPrefill.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "KernelStatus.h"
+#include "KvCache.h"
+
+namespace gemma::cuda {
+
+struct AttentionPrefillParams {
+    // q: [rows][qStride] fp32 = qHeads × headDim, already normed and rotated. Every element the
+    // kernel reads must satisfy |x| < 65504 (it is rounded to fp16; RMS-normed values are).
+    const float* q = nullptr;
+    std::int64_t qStride = 0;  // even, >= qHeads·headDim
+    // Caches [capacity][kvHeads][headDim] of kvDtype; position p in slot p % capacity. They hold
+    // the keys/values of every position <= the last row's position (the chunk's own K/V written
+    // before this launch). Values are rounded to fp16 on the way in: |x| < 65504.
+    const void* kCache = nullptr;
+    const void* vCache = nullptr;
+    KvDtype kvDtype = KvDtype::BF16;
+    std::int64_t capacity = 0;
+    int qHeads = 0;
+    int kvHeads = 0;   // qHeads % kvHeads == 0; query head h reads kv head h / (qHeads/kvHeads)
+    int headDim = 0;   // 32, 64, 128, 256 or 512
+    // Device [rows]: row r is the query at absolute position positions[r] (0 <= p < 2^31 − 64).
+    // Keys attended by row r: positions [max(0, p + 1 − window, p + 1 − capacity), p]
+    // (window <= 0: no window). The engine passes consecutive positions start..start+rows−1;
+    // see AttentionPrefill.cu for what the kernel reads when they are not consecutive.
+    const int* positions = nullptr;
+    int rows = 0;
+    int window = 0;
+    float scale = 1.0f;    // multiplies q·k (Gemma 4: 1.0); no softcap
+    float* out = nullptr;  // [rows][outStride] fp32 = qHeads × headDim; columns past that untouched
+    std::int64_t outStride = 0;  // even, >= qHeads·headDim
+};
+
+// The launch shape the launcher picks for these parameters on the current device (information
+// for harnesses and benchmarks; the launcher computes the same itself).
+struct AttentionPrefillPlan {
+    int threads = 0;         // per block
+    int rowsPerBlock = 0;    // packed (query row, head-in-group) pairs per block
+    int keysPerTile = 0;
+    int rawStages = 0;       // cp.async staging depth, in K-or-V tiles
+    std::size_t sharedBytes = 0;
+    int blocksPerSm = 0;     // occupancy at that shared-memory size (registers included)
+    unsigned gridX = 0;      // kv heads
+    unsigned gridY = 0;      // query tiles
+};
+KernelStatus attentionPrefillPlan(const AttentionPrefillParams& params, AttentionPrefillPlan& plan);
+
+// One launch; no workspace. out rows are written only for r < rows, columns [0, qHeads·headDim).
+KernelStatus launchAttentionPrefill(const AttentionPrefillParams& params, cudaStream_t stream);
+
+}  // namespace gemma::cuda

@@ -1,0 +1,103 @@
+// GeGLU elementwise over the fused gate|up GEMM output of a prefill chunk:
+//   y[r][j] = gelu_tanh(in[r][j]) · in[r][width + j],  j < width.
+// gelu_tanh is the formula of Fp4Matvec.cu's geluTanh, written the same way (fp32, tanhf) so the
+// GEMM path and the matvec path apply the same function. One thread handles 4 consecutive columns
+// per grid-stride step (16-byte loads and stores when the layout allows). In place (y == in,
+// ldOut == ldIn) is safe: column j of a row is read and written by one thread only.
+#include "GegluElementwise.h"
+
+#include "CudaCommon.h"
+
+namespace gemma::cuda {
+namespace gegluew {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float geluTanh(float v) {
+    const float kAlpha = 0.7978845608028654f;  // sqrt(2/pi)
+    const float inner = kAlpha * (v + 0.044715f * v * v * v);
+    return 0.5f * v * (1.0f + tanhf(inner));
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads) gegluElementwiseKernel(
+    const float* in, std::int64_t ldIn, std::uint32_t rows, std::int64_t width,
+    std::uint32_t piecesPerRow, float* y, std::int64_t ldOut) {
+    const std::int64_t total = static_cast<std::int64_t>(rows) * piecesPerRow;
+    const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kThreads;
+    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
+         i += stride) {
+        const std::uint32_t row = static_cast<std::uint32_t>(i / piecesPerRow);
+        const std::int64_t col = (i - static_cast<std::int64_t>(row) * piecesPerRow) * 4;
+        const float* gate = in + row * ldIn + col;
+        const float* up = gate + width;
+        float* out = y + row * ldOut + col;
+        if (VEC && col + 4 <= width) {
+            const float4 g = *reinterpret_cast<const float4*>(gate);
+            const float4 u = *reinterpret_cast<const float4*>(up);
+            float4 r;
+            r.x = geluTanh(g.x) * u.x;
+            r.y = geluTanh(g.y) * u.y;
+            r.z = geluTanh(g.z) * u.z;
+            r.w = geluTanh(g.w) * u.w;
+            *reinterpret_cast<float4*>(out) = r;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (col + k >= width) break;
+                out[k] = geluTanh(gate[k]) * up[k];
+            }
+        }
+    }
+}
+
+// Grid-stride launch over `total` pieces: at most one resident wave (blocks per SM from the
+// occupancy calculator, cached per device and instance), so no block runs as a late second wave.
+template <bool VEC, typename... Args>
+KernelStatus launch(const DeviceFacts& facts, std::int64_t total, cudaStream_t stream, Args... args) {
+    thread_local int cachedDevice = -1;
+    thread_local int blocksPerSm = 1;
+    if (cachedDevice != facts.device) {
+        int perSm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, gegluElementwiseKernel<VEC>, kThreads, 0) != cudaSuccess)
+            return KernelStatus::LaunchFailed;
+        blocksPerSm = perSm > 0 ? perSm : 1;
+        cachedDevice = facts.device;
+    }
+    std::int64_t blocks = (total + kThreads - 1) / kThreads;
+    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * blocksPerSm;
+    if (blocks > resident) blocks = resident;
+    gegluElementwiseKernel<VEC><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args...);
+    return launchStatus();
+}
+
+}  // namespace gegluew
+
+KernelStatus launchGegluElementwise(const GegluElementwiseParams& p, cudaStream_t stream) {
+    if (!p.gateUp || !p.y) return KernelStatus::InvalidArgument;
+    if (p.rows < 1 || p.width < 1 || p.ldIn < 2 * p.width || p.ldOut < p.width)
+        return KernelStatus::InvalidArgument;
+    const std::int64_t piecesPerRow = (p.width + 3) / 4;
+    if (p.rows > 0x7fffffff || piecesPerRow > 0x7fffffff) return KernelStatus::Unsupported;
+    // Overlap rule: in place (same base, same stride) or disjoint.
+    const bool inPlace = static_cast<const void*>(p.y) == static_cast<const void*>(p.gateUp);
+    if (inPlace && p.ldOut != p.ldIn) return KernelStatus::InvalidArgument;
+    if (!inPlace) {
+        const auto inBegin = reinterpret_cast<std::uintptr_t>(p.gateUp);
+        const auto inEnd = inBegin + static_cast<std::uintptr_t>((p.rows - 1) * p.ldIn + 2 * p.width) * sizeof(float);
+        const auto outBegin = reinterpret_cast<std::uintptr_t>(p.y);
+        const auto outEnd = outBegin + static_cast<std::uintptr_t>((p.rows - 1) * p.ldOut + p.width) * sizeof(float);
+        if (outBegin < inEnd && inBegin < outEnd) return KernelStatus::InvalidArgument;
+    }
+    const bool vec = aligned16(p.gateUp) && aligned16(p.y) && p.ldIn % 4 == 0 && p.ldOut % 4 == 0 &&
+                     p.width % 4 == 0;
+    DeviceFacts facts;
+    if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+    const std::int64_t total = p.rows * piecesPerRow;
+    const auto rows = static_cast<std::uint32_t>(p.rows);
+    const auto pieces = static_cast<std::uint32_t>(piecesPerRow);
+    if (vec) return gegluew::launch<true>(facts, total, stream, p.gateUp, p.ldIn, rows, p.width, pieces, p.y, p.ldOut);
+    return gegluew::launch<false>(facts, total, stream, p.gateUp, p.ldIn, rows, p.width, pieces, p.y, p.ldOut);
+}
+
+}  // namespace gemma::cuda
