@@ -112,6 +112,8 @@ struct DeviceLinear {
 // x·2^-8 in FP16 hi + lo for the prefill GEMMs: |x| up to 1.6e7 stays finite (the Fp4Matvec
 // tensor-core path makes the same choice).
 constexpr float kGemmInputMultiplier = 1.0f / 256.0f;
+// x as FP16 hi + lo (two GEMMs) instead of one FP16 (see gemmLinear).
+constexpr bool kGemmSplitInput = false;
 
 struct DeviceLayer {
     DeviceLinear q, k, v, o, gate, up, down, perLayerGate, perLayerProjection;
@@ -428,7 +430,7 @@ private:
             maxIn = paddedIn(std::max<std::int64_t>(maxIn, weights_.perLayerModelProjection.in));
             GEMMA_RETURN_IF_ERROR(gemmWeight_.allocate(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
             GEMMA_RETURN_IF_ERROR(gemmInputHi_.allocate(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
-            GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocate(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
+            if (kGemmSplitInput) GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocate(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
             GEMMA_RETURN_IF_ERROR(gateUp_.allocate(R * 2u * static_cast<std::size_t>(ffn) * 4, "GEMM prefill workspace"));
         }
         GEMMA_RETURN_IF_ERROR(tokens_.allocate(R * 4, "workspace"));
@@ -558,14 +560,15 @@ private:
     }
 
 
-    // The GEMM prefill of one linear: x (fp32) → FP16 hi + lo of x·2^-8, W (FP4) → FP16 rows of
-    // W·m (m = the weight's power-of-two multiplier), then y = (hi·Wᵀ + lo·Wᵀ)·2^8/m in fp32 (two
-    // cuBLASLt calls, the second accumulating). FP16 holds every E2M1 × bf16-scale product exactly
-    // (BF16 would round it: 2–10 % logit error on the golden models, measured), hi + lo carries x
-    // to ~2^-22, and fp32 accumulation leaves the GEMM path within ~1e-4 of the fp32 matvecs
-    // (docs/KERNELS.md). With `up`: gate and up are dequantized into one [2F][in] weight with a
+    // The GEMM prefill of one linear: x (fp32) → FP16 of x·2^-8, W (FP4) → FP16 rows of W·m
+    // (m = the weight's power-of-two multiplier), then y = (x16·Wᵀ)·2^8/m in fp32 (one cuBLASLt
+    // call, fp32 accumulation). FP16 holds every E2M1 × bf16-scale product exactly (BF16 would
+    // round it: 2–10 % logit error on the golden models, measured); x carries 11 bits (2^-12
+    // relative; kGemmSplitInput adds an FP16 lo part and a second GEMM for ~2^-22, at twice the
+    // GEMM time: the fp16 attention operands of the prefill dominate the error either way,
+    // docs/KERNELS.md). With `up`: gate and up are dequantized into one [2F][in] weight with a
     // shared multiplier, one GEMM gives [rows][2F], and the GeGLU is applied elementwise into y.
-    // convertInput = false reuses the hi/lo of the previous call (k and v after q).
+    // convertInput = false reuses the converted x of the previous call (k and v after q).
     Status gemmLinear(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows,
                       const DeviceLinear* up, bool convertInput = true) {
         const std::int64_t ld = paddedIn(w.in);
@@ -578,7 +581,7 @@ private:
             convert.rows = rows;
             convert.cols = w.in;
             convert.hi = hi;
-            convert.lo = lo;
+            convert.lo = kGemmSplitInput ? lo : nullptr;
             convert.outStride = ld;
             convert.fp16 = true;
             convert.multiplier = kGemmInputMultiplier;
@@ -603,13 +606,15 @@ private:
         GEMMA_RETURN_IF_ERROR(dequantize(w, weight));
         if (!up) {
             GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, w.out, w.in, hi, ld, weight, ld, y, yStride, alpha, false, stream_));
+            if (!kGemmSplitInput) return Status::ok();
             return blas_->gemm(Operands::Fp16, rows, w.out, w.in, lo, ld, weight, ld, y, yStride, alpha, true, stream_);
         }
         GEMMA_RETURN_IF_ERROR(dequantize(*up, weight + w.out * ld));
         float* gateUp = gateUp_.as<float>();
         const std::int64_t width = 2 * w.out;
         GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, hi, ld, weight, ld, gateUp, width, alpha, false, stream_));
-        GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, lo, ld, weight, ld, gateUp, width, alpha, true, stream_));
+        if (kGemmSplitInput)
+            GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, lo, ld, weight, ld, gateUp, width, alpha, true, stream_));
         kc::GegluElementwiseParams g;
         g.gateUp = gateUp;
         g.ldIn = width;
