@@ -113,7 +113,7 @@ struct DeviceLinear {
 // tensor-core path makes the same choice).
 constexpr float kGemmInputMultiplier = 1.0f / 256.0f;
 // x as FP16 hi + lo (two GEMMs) instead of one FP16 (see gemmLinear).
-constexpr bool kGemmSplitInput = false;
+constexpr bool kGemmSplitInput = true;
 
 struct DeviceLayer {
     DeviceLinear q, k, v, o, gate, up, down, perLayerGate, perLayerProjection;
@@ -560,13 +560,13 @@ private:
     }
 
 
-    // The GEMM prefill of one linear: x (fp32) → FP16 of x·2^-8, W (FP4) → FP16 rows of W·m
-    // (m = the weight's power-of-two multiplier), then y = (x16·Wᵀ)·2^8/m in fp32 (one cuBLASLt
-    // call, fp32 accumulation). FP16 holds every E2M1 × bf16-scale product exactly (BF16 would
-    // round it: 2–10 % logit error on the golden models, measured); x carries 11 bits (2^-12
-    // relative; kGemmSplitInput adds an FP16 lo part and a second GEMM for ~2^-22, at twice the
-    // GEMM time: the fp16 attention operands of the prefill dominate the error either way,
-    // docs/KERNELS.md). With `up`: gate and up are dequantized into one [2F][in] weight with a
+    // The GEMM prefill of one linear: x (fp32) → FP16 hi + lo of x·2^-8, W (FP4) → FP16 rows of
+    // W·m (m = the weight's power-of-two multiplier), then y = (hi·Wᵀ + lo·Wᵀ)·2^8/m in fp32 (two
+    // cuBLASLt calls, the second accumulating). FP16 holds every E2M1 × bf16-scale product exactly
+    // (BF16 would round it: 2–10 % logit error on the golden models, measured); hi + lo carries x
+    // to ~2^-22. With x as one FP16 (kGemmSplitInput = false: one GEMM, pp2048 9.2k → 15.3k tok/s
+    // on the H200) the worst golden model moved from 1.3 % to 2.03 % of max|logit|, past issue 3's
+    // 2 %, so the split stays (docs/KERNELS.md). With `up`: gate and up are dequantized into one [2F][in] weight with a
     // shared multiplier, one GEMM gives [rows][2F], and the GeGLU is applied elementwise into y.
     // convertInput = false reuses the converted x of the previous call (k and v after q).
     Status gemmLinear(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows,
