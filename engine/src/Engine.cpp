@@ -351,8 +351,14 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
         const std::int64_t slots = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, options.contextAllocation, chunk);
         estimate.kvCacheBytes += 2 * slots * g.kvHeads * g.headDim * 4;
     }
-    // Activations of one prefill chunk and one logits row per position of the chunk.
-    estimate.workspaceBytes = kPrefillChunk * (c.vocabSize + 8LL * c.hiddenSize + 4LL * c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1)) * 4;
+    // Activations of one prefill chunk and one logits row per position of the chunk; on a GPU also
+    // the GEMM prefill's chunk of activations (fp32 + FP16 copies) and one dequantized gate|up pair.
+    const std::int64_t ffn = c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1);
+    estimate.workspaceBytes = kPrefillChunk * (c.vocabSize + 8LL * c.hiddenSize + 4LL * ffn) * 4;
+    if (options.device != Device::Cpu && options.prefillGemmMinRows > 0) {
+        estimate.workspaceBytes += static_cast<std::int64_t>(kGemmPrefillChunk) * (8LL * c.hiddenSize + 4LL * ffn) * 4 +
+                                   static_cast<std::int64_t>(kGemmPrefillChunk) * ffn * 2 * 2 + 2LL * ffn * c.hiddenSize * 2;
+    }
     return estimate;
 }
 
