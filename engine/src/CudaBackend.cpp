@@ -129,9 +129,10 @@ struct DeviceCache {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph, int prefillGemmMinRows)
+    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph, int prefillGemmMinRows,
+                bool programmaticLaunch)
         : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph),
-          gemmMinRows_(prefillGemmMinRows) {}
+          gemmMinRows_(prefillGemmMinRows), programmaticLaunch_(programmaticLaunch) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -200,7 +201,8 @@ public:
     }
 
     std::string name() const override {
-        return deviceName_ + " (CUDA, " + prefillStatus_ + (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")";
+        return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
+               (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")";
     }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
@@ -551,6 +553,7 @@ private:
         p.y = y;
         p.yStride = yStride;
         p.rows = rows;
+        p.programmaticLaunch = programmaticLaunch_;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -897,6 +900,7 @@ private:
     std::int64_t qWidth_ = 0, kvWidth_ = 0, ffnWidth_ = 0;
     bool graphWanted_ = false;
     int gemmMinRows_ = 0;
+    bool programmaticLaunch_ = false;
     int chunkRows_ = kChunk;
     std::unique_ptr<CublasLt> blas_;
     std::string prefillStatus_;
@@ -914,9 +918,10 @@ private:
 }  // namespace
 
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
-                                                  KvCacheType kvCache, bool cudaGraph, int prefillGemmMinRows) {
-    auto backend = std::make_unique<CudaBackend>(package, weights, kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
-                                                 cudaGraph, prefillGemmMinRows);
+                                                  const OpenOptions& options) {
+    auto backend = std::make_unique<CudaBackend>(package, weights,
+                                                 options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
+                                                 options.cudaGraph, options.prefillGemmMinRows, options.programmaticLaunch);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -17,8 +17,8 @@ bool cudaDeviceAvailable();
 
 // Fails with OutOfMemory when the weights, the KV cache for `allocation` and the workspaces do not
 // fit in free device memory, with Unsupported for unquantized packages (the kernels stream FP4).
-// prefillGemmMinRows: OpenOptions::prefillGemmMinRows.
+// From `options`: kvCache, cudaGraph, prefillGemmMinRows, programmaticLaunch.
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
-                                                  KvCacheType kvCache, bool cudaGraph, int prefillGemmMinRows);
+                                                  const OpenOptions& options);
 
 }  // namespace gemma

@@ -85,7 +85,7 @@ Expected<std::unique_ptr<Backend>> makeBackend(const OpenOptions& options, const
     const bool wantGpu = device == Device::Cuda || (device == Device::Auto && cudaDeviceAvailable() && isQuantized(package));
     if (wantGpu) {
         if (!cudaDeviceAvailable()) return Status{ErrorCode::Device, "no CUDA device is available (use --device cpu)"};
-        auto gpu = makeCudaBackend(package, weights, allocation, options.kvCache, options.cudaGraph, options.prefillGemmMinRows);
+        auto gpu = makeCudaBackend(package, weights, allocation, options);
         // `auto` falls back to the CPU for a model the kernels do not implement; running out of
         // GPU memory stays an error the user sees (lower the allocation, or choose the CPU).
         if (gpu || device == Device::Cuda || gpu.status().code() != ErrorCode::Unsupported) return gpu;

@@ -292,6 +292,7 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
     // version walked the splits serially in every thread: ~8 µs per launch on an H200.)
     __shared__ float weights[kMaxSplits];
     __shared__ float scratch[32];
+    allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
     const int h = blockIdx.x;
     const int row = blockIdx.y;
     const int lane = threadIdx.x & 31;

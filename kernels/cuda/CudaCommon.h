@@ -18,6 +18,7 @@ struct DeviceFacts {
     int smCount = 0;
     int maxSharedPerBlockOptin = 0;  // bytes a block may use after cudaFuncSetAttribute
     int maxSharedPerSm = 0;
+    int computeMajor = 0;            // 9 and up: programmatic dependent launch exists
 };
 
 // Cached per host thread and device: a launcher calls this on every launch, and the attribute
@@ -25,7 +26,7 @@ struct DeviceFacts {
 inline KernelStatus queryDeviceFacts(DeviceFacts& facts) {
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return KernelStatus::LaunchFailed;
-    thread_local DeviceFacts cached{-1, 0, 0, 0};
+    thread_local DeviceFacts cached{-1, 0, 0, 0, 0};
     if (cached.device == device) {
         facts = cached;
         return KernelStatus::Ok;
@@ -39,6 +40,8 @@ inline KernelStatus queryDeviceFacts(DeviceFacts& facts) {
     if (cudaDeviceGetAttribute(&facts.maxSharedPerSm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
                                device) != cudaSuccess)
         return KernelStatus::LaunchFailed;
+    if (cudaDeviceGetAttribute(&facts.computeMajor, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+        return KernelStatus::LaunchFailed;
     cached = facts;
     return KernelStatus::Ok;
 }
@@ -48,6 +51,23 @@ inline KernelStatus launchStatus() {
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// ---- device: programmatic dependent launch (sm_90+; no-ops elsewhere) ---------------------------
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+// previous kernel in the stream still runs; it must call gridDependencyWait() before it reads
+// anything that kernel writes (the wait returns at once when there is no such dependency). A
+// kernel calls allowDependentsToStart() to let such a successor be scheduled before it finishes
+// (the successor still waits for all of its writes).
+__device__ __forceinline__ void gridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allowDependentsToStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 // ---- device: reductions ------------------------------------------------------------------------
 __device__ __forceinline__ float warpSum(float v) {

@@ -495,10 +495,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, groups);
         }
     };
-    // Weight loads of the first items go out before x is staged, so the two latencies overlap.
+    // Weight loads of the first items go out before x is staged, so the two latencies overlap;
+    // with a programmatic launch they even overlap the previous kernel's tail, and only x waits
+    // for it (gridDependencyWait: a no-op without a programmatic dependency).
+    allowDependentsToStart();
 #pragma unroll
     for (int u = 0; u < D; ++u)
         if (u < items) fetch(slot[u], slotUp[u]);
+    gridDependencyWait();
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
     uint4* xsLo = xsHi + groups * 16;
@@ -652,7 +656,7 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 
 template <bool GEGLU, bool SPLIT, int D>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
-                           cudaStream_t stream) {
+                           bool programmatic, cudaStream_t stream) {
     // Raise the dynamic shared-memory limit once per instantiation to the largest size seen.
     static thread_local std::size_t raised = 48 * 1024;
     if (smem > raised) {
@@ -670,6 +674,19 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
+    if (programmatic && facts.computeMajor >= 9) {
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(static_cast<unsigned>(blocks));
+        config.blockDim = dim3(kMmaThreads);
+        config.dynamicSmemBytes = smem;
+        config.stream = stream;
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        return cudaLaunchKernelEx(&config, fp4MatvecMmaKernel<GEGLU, SPLIT, D>, args, tiles);
+    }
     fp4MatvecMmaKernel<GEGLU, SPLIT, D><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(args, tiles);
     return cudaGetLastError();
 }
@@ -699,11 +716,11 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
     cudaError_t err;
     if constexpr (GEGLU) {
-        err = split ? launchMmaTyped<true, true, 2>(args, tiles, smem, facts, stream)
-                    : launchMmaTyped<true, false, 2>(args, tiles, smem, facts, stream);
+        err = split ? launchMmaTyped<true, true, 2>(args, tiles, smem, facts, p.programmaticLaunch, stream)
+                    : launchMmaTyped<true, false, 2>(args, tiles, smem, facts, p.programmaticLaunch, stream);
     } else {
-        err = split ? launchMmaTyped<false, true, 4>(args, tiles, smem, facts, stream)
-                    : launchMmaTyped<false, false, 4>(args, tiles, smem, facts, stream);
+        err = split ? launchMmaTyped<false, true, 4>(args, tiles, smem, facts, p.programmaticLaunch, stream)
+                    : launchMmaTyped<false, false, 4>(args, tiles, smem, facts, p.programmaticLaunch, stream);
     }
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }

@@ -46,6 +46,11 @@ struct Fp4MatvecParams {
     // ~2^-12 relative error on x instead of ~2^-22; experiments only).
     bool forceCudaCores = false;
     bool singleHalfX = false;
+    // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
+    // start while the previous kernel in the stream finishes; it prefetches its first weights and
+    // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The
+    // previous kernel must not need to finish before this one's launch for any other reason.
+    bool programmaticLaunch = false;
     int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
 };

@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(256) rmsNormResidualKernel(
     float layerScalar, const float* __restrict__ outWeight, float* __restrict__ out, std::int64_t n,
     std::int64_t stride, float eps) {
     __shared__ float scratch[32];
+    allowDependentsToStart();  // a programmatically launched matvec may prefetch its weights now
     const std::int64_t rowOffset = static_cast<std::int64_t>(blockIdx.x) * stride;
     float* x = residual + rowOffset;
     const bool writeX = branch != nullptr || layerScalar != 1.0f;
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     float layerScalar, const float* __restrict__ outWeight, float* __restrict__ out, std::int64_t n,
     std::int64_t stride, float eps) {
     __shared__ float scratch[32];
+    allowDependentsToStart();  // a programmatically launched matvec may prefetch its weights now
     const std::int64_t rowOffset = static_cast<std::int64_t>(blockIdx.x) * stride;
     const int quads = static_cast<int>(n / 4);
     const bool writeX = branch != nullptr || layerScalar != 1.0f;

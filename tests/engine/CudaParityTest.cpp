@@ -32,10 +32,12 @@ struct Generation {
 };
 
 Generation generate(const fs::path& package, gemma::Device device, const std::vector<std::int32_t>& prompt, int count,
-                    gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16, int prefillGemmMinRows = 16) {
+                    gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16, int prefillGemmMinRows = 16,
+                    bool programmaticLaunch = false) {
     Generation run;
     gemma::OpenOptions options{device, 512, kvCache};
     options.prefillGemmMinRows = prefillGemmMinRows;
+    options.programmaticLaunch = programmaticLaunch;
     auto engine = gemma::Engine::open(package, options);
     EXPECT_TRUE(engine) << engine.status().message();
     if (!engine) return run;
@@ -135,6 +137,11 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     compare(exact, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs cpu", 2e-2);
     const Generation matvecOnly = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0);
     compare(matvecOnly, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(matvec prefill) vs cpu", 1e-3);
+    // Programmatic dependent launch of the decode matvecs (sm_90+; the same launches elsewhere),
+    // also inside the decode graph: ordering mistakes would show as NaN or wrong rows.
+    const Generation programmatic =
+        generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0, true);
+    compare(programmatic, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(programmatic launch) vs cpu", 1e-3);
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");

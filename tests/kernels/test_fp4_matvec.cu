@@ -7,8 +7,11 @@
 // - batch 1 runs the tensor-core kernel by default; every shape also runs on the fp32 CUDA-core
 //   kernel (forceCudaCores) and with one-fp16 x (singleHalfX, looser tolerance: x carries ~11
 //   bits there); q/k/v fused into one launch (Fp4MatvecParams::extra) against three references;
+// - programmatic dependent launch: norm → matvec → matvec chains with every buffer NaN-poisoned
+//   first, repeated, so a matvec that read x before its producer finished would show it;
 // - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
 #include "../../kernels/cuda/Fp4Matvec.cu"
+#include "../../kernels/cuda/RmsNorm.cu"
 #include "HarnessCommon.h"
 
 using namespace harness;
@@ -335,6 +338,75 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     }
 }
 
+
+// Programmatic dependent launch (sm_90+; an ordinary launch elsewhere): RMSNorm writes x, a matvec
+// launched programmatically reads it, a second one reads the first's output. Every buffer is
+// poisoned with NaN before each round, so reading x or y1 early gives NaN or stale values. The
+// references use the GPU's own x and y1 (downloaded after the round), so only the ordering is
+// under test, 20 rounds.
+void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
+    constexpr std::int64_t kIn = 3840, kMid = 2048, kOut = 512;
+    const Fp4Matrix w1 = randomFp4(kMid, kIn, rng), w2 = randomFp4(kOut, kMid, rng);
+    DeviceFp4 d1 = upload(w1), d2 = upload(w2);
+    std::vector<float> input(static_cast<std::size_t>(kIn));
+    for (auto& v : input) v = std::uniform_real_distribution<float>(-3.f, 3.f)(rng);
+    DeviceBuffer<float> residual(kIn), x(kIn), y1(kMid), y2(kOut);
+    const std::vector<float> deq1 = w1.dequantize(), deq2 = w2.dequantize();
+    double worst = 0;
+    bool finite = true;
+    for (int round = 0; round < 20; ++round) {
+        residual.upload(input);
+        x.poison();
+        y1.poison();
+        y2.poison();
+        gemma::cuda::RmsNormParams norm;
+        norm.residual = residual.ptr;
+        norm.out = x.ptr;
+        norm.n = kIn;
+        norm.stride = kIn;
+        HCHECK_STATUS(gemma::cuda::launchRmsNormResidual(norm, nullptr));
+        Fp4MatvecParams a;
+        a.codes = d1.codes.ptr;
+        a.scales = d1.scales.ptr;
+        a.out = kMid;
+        a.in = kIn;
+        a.x = x.ptr;
+        a.xStride = kIn;
+        a.y = y1.ptr;
+        a.yStride = kMid;
+        a.programmaticLaunch = true;
+        HCHECK_STATUS(gemma::cuda::launchFp4Matvec(a, nullptr));
+        Fp4MatvecParams b = a;
+        b.codes = d2.codes.ptr;
+        b.scales = d2.scales.ptr;
+        b.out = kOut;
+        b.in = kMid;
+        b.x = y1.ptr;
+        b.xStride = kMid;
+        b.y = y2.ptr;
+        b.yStride = kOut;
+        HCHECK_STATUS(gemma::cuda::launchFp4Matvec(b, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        const auto hx = x.download(), h1 = y1.download(), h2 = y2.download();
+        std::vector<float> got;
+        std::vector<double> ref;
+        for (std::int64_t o = 0; o < kMid; ++o) {
+            got.push_back(h1[o]);
+            ref.push_back(referenceDot(deq1, kIn, o, hx.data()));
+        }
+        for (std::int64_t o = 0; o < kOut; ++o) {
+            got.push_back(h2[o]);
+            ref.push_back(referenceDot(deq2, kMid, o, h1.data()));
+        }
+        const Compare c = compare(got.data(), ref.data(), got.size());
+        finite &= c.nonFinite == 0;
+        worst = std::max(worst, c.relErr);
+    }
+    char note[96];
+    std::snprintf(note, sizeof note, "20 rounds, worst rel %.2e", worst);
+    report.addCheck("programmatic launch chain norm -> matvec -> matvec", finite && worst <= 1e-4, note);
+}
+
 }  // namespace
 
 int main() {
@@ -376,6 +448,7 @@ int main() {
     }
     runShape({"odd.1001x2112", 1001, 2112, true}, 5, rng, report, lt, false, perf);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report);
+    runProgrammaticChain(rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 2, rng, report);
     if (!quick) {

@@ -119,6 +119,10 @@ struct OpenOptions {
     // dequantized per layer (when cuBLASLt loads); shorter ones, and every decode step, run the FP4
     // matvec kernels. 0 = never use the GEMMs.
     int prefillGemmMinRows = 16;
+    // CUDA (sm_90+): launch the FP4 matvecs of a decode step with programmatic dependent launch,
+    // so each prefetches its weights while the kernel before it finishes. Off by default: not yet
+    // measured on a GPU (docs/PERFORMANCE.md, lever 2).
+    bool programmaticLaunch = false;
 };
 
 struct MemoryEstimate {
