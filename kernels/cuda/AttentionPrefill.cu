@@ -483,6 +483,14 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
                         o[j][3] *= alpha[1];
                     }
                 }
+            } else if constexpr (WD > 1) {
+                // A row group with no live key in this tile still takes its named barrier, so all
+                // warps pass the same number of barriers per tile. Not needed for correctness
+                // (every shared-memory hand-over is ordered by the __syncthreads() A and C), but
+                // compute-sanitizer's racecheck counts barriers per warp and, with uneven counts,
+                // reported the V/K tile refills after (A)/(C) as WAR hazards (2026-11-29; a host
+                // emulation with exact happens-before tracking found no race either way).
+                rowGroupBarrier<WD * 32>(wm);
             }
             __syncthreads();      // (C) V(t) visible; S(t) done everywhere → K tile free
             step(2 * t + 2);      // K(t+1)
