@@ -10,7 +10,6 @@
 // one 16-byte store per output when the layout allows).
 #include "ActivationConvert.h"
 
-#include <cmath>
 #include <type_traits>
 
 #include <kernels/WeightFormats.h>
@@ -83,23 +82,15 @@ __global__ void __launch_bounds__(kThreads) activationToBf16Kernel(
     }
 }
 
-// Grid-stride launch over `total` pieces: at most one resident wave (blocks per SM from the
-// occupancy calculator, cached per device and instance), so no block runs as a late second wave.
+// Grid-stride launch over `total` pieces, at most one resident wave (oneWaveBlocks).
 template <bool VEC, bool FP16, typename... Args>
 KernelStatus launch(const DeviceFacts& facts, std::int64_t total, cudaStream_t stream, Args... args) {
-    thread_local int cachedDevice = -1;
-    thread_local int blocksPerSm = 1;
-    if (cachedDevice != facts.device) {
-        int perSm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, activationToBf16Kernel<VEC, FP16>, kThreads, 0) != cudaSuccess)
-            return KernelStatus::LaunchFailed;
-        blocksPerSm = perSm > 0 ? perSm : 1;
-        cachedDevice = facts.device;
-    }
-    std::int64_t blocks = (total + kThreads - 1) / kThreads;
-    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * blocksPerSm;
-    if (blocks > resident) blocks = resident;
-    activationToBf16Kernel<VEC, FP16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args...);
+    thread_local OccupancyCache cache;
+    unsigned blocks = 0;
+    const KernelStatus status =
+        oneWaveBlocks(activationToBf16Kernel<VEC, FP16>, kThreads, (total + kThreads - 1) / kThreads, facts, cache, blocks);
+    if (status != KernelStatus::Ok) return status;
+    activationToBf16Kernel<VEC, FP16><<<blocks, kThreads, 0, stream>>>(args...);
     return launchStatus();
 }
 
@@ -118,8 +109,7 @@ KernelStatus launchActivationToBf16(const ActivationConvertParams& p, cudaStream
     const std::int64_t total = p.rows * piecesPerRow;
     const auto rows = static_cast<std::uint32_t>(p.rows);
     const auto pieces = static_cast<std::uint32_t>(piecesPerRow);
-    int exponent = 0;
-    if (!(p.multiplier > 0.0f) || std::frexp(p.multiplier, &exponent) != 0.5f) return KernelStatus::InvalidArgument;
+    if (!isPowerOfTwo(p.multiplier)) return KernelStatus::InvalidArgument;
     const auto go = [&](auto vecTag, auto fp16Tag) {
         return actconv::launch<decltype(vecTag)::value, decltype(fp16Tag)::value>(
             facts, total, stream, p.x, p.xStride, rows, p.cols, pieces, p.hi, p.lo, p.outStride, p.multiplier);

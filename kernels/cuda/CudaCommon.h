@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "KernelStatus.h"
@@ -52,6 +53,34 @@ inline KernelStatus launchStatus() {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
+// A positive power of two (the exact multipliers of the FP16 conversions).
+inline bool isPowerOfTwo(float v) {
+    int exponent = 0;
+    return v > 0.0f && std::frexp(v, &exponent) == 0.5f;
+}
+
+// Blocks of a grid-stride kernel: `wanted`, capped at one resident wave (a block past it would run
+// as a late second wave and double the time). Blocks per SM come from the occupancy calculator,
+// cached in `cache` per device (one cache per kernel instance: thread_local at the call site).
+struct OccupancyCache {
+    int device = -1;
+    int blocksPerSm = 1;
+};
+template <typename Kernel>
+inline KernelStatus oneWaveBlocks(Kernel kernel, int threads, std::int64_t wanted, const DeviceFacts& facts,
+                                  OccupancyCache& cache, unsigned& blocks) {
+    if (cache.device != facts.device) {
+        int perSm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, 0) != cudaSuccess)
+            return KernelStatus::LaunchFailed;
+        cache.blocksPerSm = perSm > 0 ? perSm : 1;
+        cache.device = facts.device;
+    }
+    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * cache.blocksPerSm;
+    blocks = static_cast<unsigned>(wanted < 1 ? 1 : wanted > resident ? resident : wanted);
+    return KernelStatus::Ok;
+}
+
 // ---- device: programmatic dependent launch (sm_90+; no-ops elsewhere) ---------------------------
 // A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
 // previous kernel in the stream still runs; it must call gridDependencyWait() before it reads
@@ -67,6 +96,20 @@ __device__ __forceinline__ void allowDependentsToStart() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+
+// ---- device: byte permute, GELU ------------------------------------------------------------------
+__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
+    std::uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// gelu with the tanh approximation (GEMMA4.md: hidden_activation gelu_pytorch_tanh).
+__device__ __forceinline__ float geluTanh(float v) {
+    const float kAlpha = 0.7978845608028654f;  // sqrt(2/pi)
+    const float inner = kAlpha * (v + 0.044715f * v * v * v);
+    return 0.5f * v * (1.0f + tanhf(inner));
 }
 
 // ---- device: reductions ------------------------------------------------------------------------

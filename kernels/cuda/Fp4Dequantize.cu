@@ -32,8 +32,6 @@
 // never written (the +0 padding codes past `in` are decoded but not stored).
 #include "Fp4Dequantize.h"
 
-#include <cmath>
-
 #include <kernels/WeightFormats.h>
 
 #include "CudaCommon.h"
@@ -41,11 +39,6 @@
 namespace gemma::cuda {
 namespace fp4dequant {
 
-__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
-    std::uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
 
 // bf16(e2m1Magnitude(m) × scale) for m = 0..7 as byte planes: lo0 = low bytes of m 0..3,
 // lo1 = low bytes of m 4..7, hi0/hi1 the high bytes. A PRMT over (lo0, lo1) indexed by a
@@ -186,38 +179,27 @@ KernelStatus launchFp4DequantizeBf16(const Fp4DequantizeParams& p, cudaStream_t 
     if (p.out < 1 || p.in < 1 || p.ldOut < p.in || p.ldOut % 8 != 0 || p.blocks < 0)
         return KernelStatus::InvalidArgument;
     if (!aligned16(p.codes) || !aligned16(p.y)) return KernelStatus::InvalidArgument;
-    int exponent = 0;
-    if (!(p.multiplier > 0.0f) || std::frexp(p.multiplier, &exponent) != 0.5f) return KernelStatus::InvalidArgument;
+    if (!isPowerOfTwo(p.multiplier)) return KernelStatus::InvalidArgument;
     const std::int64_t chunksPerRow = formats::fp4RowBytes(p.in) / 16;
     if (chunksPerRow > 0x7fffffff / p.out) return KernelStatus::Unsupported;  // 32-bit chunk index
     const std::int64_t totalChunks = chunksPerRow * p.out;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-    // Grid: one resident wave (blocks past it would run as a second, partial wave and double the
-    // time of a grid-stride kernel). Blocks per SM from the occupancy calculator, cached per device.
-    thread_local int cachedDevice = -1;
-    thread_local int blocksPerSm = 1;
-    if (cachedDevice != facts.device) {
-        int perSm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fp4dequant::fp4DequantizeKernel<false>,
-                                                          fp4dequant::kThreads, 0) != cudaSuccess)
-            return KernelStatus::LaunchFailed;
-        blocksPerSm = perSm > 0 ? perSm : 1;
-        cachedDevice = facts.device;
-    }
-    constexpr std::int64_t kChunksPerBlock = fp4dequant::kThreads;  // one chunk per thread per step
-    std::int64_t blocks = (totalChunks + kChunksPerBlock - 1) / kChunksPerBlock;
-    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * blocksPerSm;
-    if (blocks > resident) blocks = resident;
-    if (p.blocks > 0) blocks = p.blocks;
-    const auto launchAs = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(blocks), fp4dequant::kThreads, 0, stream>>>(
-            p.codes, p.scales, p.in, static_cast<std::uint32_t>(chunksPerRow),
-            static_cast<std::uint32_t>(totalChunks), p.y, p.ldOut, p.multiplier);
+    // Grid: one chunk per thread per grid-stride step, at most one resident wave (oneWaveBlocks).
+    constexpr std::int64_t kChunksPerBlock = fp4dequant::kThreads;
+    const std::int64_t wanted = (totalChunks + kChunksPerBlock - 1) / kChunksPerBlock;
+    const auto launchAs = [&](auto kernel, OccupancyCache& cache) {
+        unsigned blocks = 0;
+        const KernelStatus status = oneWaveBlocks(kernel, fp4dequant::kThreads, wanted, facts, cache, blocks);
+        if (status != KernelStatus::Ok) return status;
+        if (p.blocks > 0) blocks = static_cast<unsigned>(p.blocks);
+        kernel<<<blocks, fp4dequant::kThreads, 0, stream>>>(p.codes, p.scales, p.in, static_cast<std::uint32_t>(chunksPerRow),
+                                                            static_cast<std::uint32_t>(totalChunks), p.y, p.ldOut, p.multiplier);
+        return launchStatus();
     };
-    if (p.fp16) launchAs(fp4dequant::fp4DequantizeKernel<true>);
-    else launchAs(fp4dequant::fp4DequantizeKernel<false>);
-    return launchStatus();
+    thread_local OccupancyCache bf16Cache, fp16Cache;
+    return p.fp16 ? launchAs(fp4dequant::fp4DequantizeKernel<true>, fp16Cache)
+                  : launchAs(fp4dequant::fp4DequantizeKernel<false>, bf16Cache);
 }
 
 }  // namespace gemma::cuda

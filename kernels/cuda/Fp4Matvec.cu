@@ -54,11 +54,6 @@ namespace gemma::cuda {
 namespace fp4detail {
 
 // ---- device helpers ------------------------------------------------------------------------------
-__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
-    std::uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
 
 // FP16 high bytes of the E2M1 magnitudes 0, 0.5, 1, 1.5 | 2, 3, 4, 6.
 constexpr std::uint32_t kTableLo = 0x3E3C3800u;
@@ -96,11 +91,6 @@ __device__ __forceinline__ void decode8(std::uint32_t w, float (&f)[8]) {
     }
 }
 
-__device__ __forceinline__ float geluTanh(float v) {
-    const float kAlpha = 0.7978845608028654f;  // sqrt(2/pi)
-    const float inner = kAlpha * (v + 0.044715f * v * v * v);
-    return 0.5f * v * (1.0f + tanhf(inner));
-}
 
 // Loads the 8 x values of word `word` of chunk `chunk` for one input row; zero past `in`.
 __device__ __forceinline__ void loadX8(const float* __restrict__ xRow, std::int64_t in, int chunk,

@@ -13,11 +13,6 @@ namespace gegluew {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float geluTanh(float v) {
-    const float kAlpha = 0.7978845608028654f;  // sqrt(2/pi)
-    const float inner = kAlpha * (v + 0.044715f * v * v * v);
-    return 0.5f * v * (1.0f + tanhf(inner));
-}
 
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads) gegluElementwiseKernel(
@@ -51,23 +46,15 @@ __global__ void __launch_bounds__(kThreads) gegluElementwiseKernel(
     }
 }
 
-// Grid-stride launch over `total` pieces: at most one resident wave (blocks per SM from the
-// occupancy calculator, cached per device and instance), so no block runs as a late second wave.
+// Grid-stride launch over `total` pieces, at most one resident wave (oneWaveBlocks).
 template <bool VEC, typename... Args>
 KernelStatus launch(const DeviceFacts& facts, std::int64_t total, cudaStream_t stream, Args... args) {
-    thread_local int cachedDevice = -1;
-    thread_local int blocksPerSm = 1;
-    if (cachedDevice != facts.device) {
-        int perSm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, gegluElementwiseKernel<VEC>, kThreads, 0) != cudaSuccess)
-            return KernelStatus::LaunchFailed;
-        blocksPerSm = perSm > 0 ? perSm : 1;
-        cachedDevice = facts.device;
-    }
-    std::int64_t blocks = (total + kThreads - 1) / kThreads;
-    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * blocksPerSm;
-    if (blocks > resident) blocks = resident;
-    gegluElementwiseKernel<VEC><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args...);
+    thread_local OccupancyCache cache;
+    unsigned blocks = 0;
+    const KernelStatus status =
+        oneWaveBlocks(gegluElementwiseKernel<VEC>, kThreads, (total + kThreads - 1) / kThreads, facts, cache, blocks);
+    if (status != KernelStatus::Ok) return status;
+    gegluElementwiseKernel<VEC><<<blocks, kThreads, 0, stream>>>(args...);
     return launchStatus();
 }
 

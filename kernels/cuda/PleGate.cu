@@ -7,11 +7,6 @@
 namespace gemma::cuda {
 namespace {
 
-__device__ __forceinline__ float geluTanh(float x) {
-    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(inner));
-}
-
 __global__ void pleGateKernel(float* gate, std::int64_t gateStride, const float* __restrict__ input, std::int64_t inputStride,
                               std::int64_t n) {
     const int row = blockIdx.y;
