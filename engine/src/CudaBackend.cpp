@@ -76,15 +76,20 @@ public:
         return *this;
     }
     ~DeviceBuffer() { release(); }
-    // Zero-filled: a workspace starts defined (compute-sanitizer's initcheck does not see the
-    // stores of cuBLASLt's Hopper kernels, and would otherwise report every later read of a GEMM
-    // output as uninitialized).
     Status allocate(std::size_t bytes, const char* what) {
         release();
         if (bytes == 0) bytes = 16;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaMalloc(&pointer_, bytes), what));
         bytes_ = bytes;
-        return cudaError(cudaMemset(pointer_, 0, bytes), what);
+        return Status::ok();
+    }
+    // For the activation workspaces: they start defined, because compute-sanitizer's initcheck does
+    // not see the stores of cuBLASLt's Hopper kernels and would otherwise report every later read
+    // of a GEMM output as uninitialized. (Weights, KV caches and the probe are written before they
+    // are read and need no fill.)
+    Status allocateZeroed(std::size_t bytes, const char* what) {
+        GEMMA_RETURN_IF_ERROR(allocate(bytes, what));
+        return cudaError(cudaMemset(pointer_, 0, bytes_), what);
     }
     void release() {
         if (pointer_) cudaFree(pointer_);
@@ -415,32 +420,32 @@ private:
         const std::size_t R = static_cast<std::size_t>(chunkRows_);
         const std::size_t H = static_cast<std::size_t>(c.hiddenSize);
         const std::size_t ple = static_cast<std::size_t>(c.numLayers) * static_cast<std::size_t>(c.hiddenSizePerLayerInput);
-        GEMMA_RETURN_IF_ERROR(residual_.allocate(R * H * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(normed_.allocate(R * H * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(branch_.allocate(R * H * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(query_.allocate(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(key_.allocate(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(value_.allocate(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(attended_.allocate(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(ffn_.allocate(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(logits_.allocate(static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
+        GEMMA_RETURN_IF_ERROR(residual_.allocateZeroed(R * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(normed_.allocateZeroed(R * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(branch_.allocateZeroed(R * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(query_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(key_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(value_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(attended_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(ffn_.allocateZeroed(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(logits_.allocateZeroed(static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
         if (blas_) {
             // GEMM prefill: one dequantized weight (gate|up together), the bf16 hi/lo input and the
             // fp32 gate|up product.
             std::int64_t maxIn = 0;
             for (const auto& w : weights_.layers) maxIn = std::max({maxIn, w.q.in, w.o.in, w.down.in, w.perLayerProjection.in});
             maxIn = paddedIn(std::max<std::int64_t>(maxIn, weights_.perLayerModelProjection.in));
-            GEMMA_RETURN_IF_ERROR(gemmWeight_.allocate(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
-            GEMMA_RETURN_IF_ERROR(gemmInputHi_.allocate(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
-            if (kGemmSplitInput) GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocate(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
-            GEMMA_RETURN_IF_ERROR(gateUp_.allocate(R * 2u * static_cast<std::size_t>(ffn) * 4, "GEMM prefill workspace"));
+            GEMMA_RETURN_IF_ERROR(gemmWeight_.allocateZeroed(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
+            GEMMA_RETURN_IF_ERROR(gemmInputHi_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
+            if (kGemmSplitInput) GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
+            GEMMA_RETURN_IF_ERROR(gateUp_.allocateZeroed(R * 2u * static_cast<std::size_t>(ffn) * 4, "GEMM prefill workspace"));
         }
-        GEMMA_RETURN_IF_ERROR(tokens_.allocate(R * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(positions_.allocate(R * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(tokens_.allocateZeroed(R * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(positions_.allocateZeroed(R * 4, "workspace"));
         if (ple > 0) {
-            GEMMA_RETURN_IF_ERROR(perLayerInputs_.allocate(R * ple * 4, "workspace"));
-            GEMMA_RETURN_IF_ERROR(perLayerIdentity_.allocate(R * ple * 4, "workspace"));
-            GEMMA_RETURN_IF_ERROR(perLayerGate_.allocate(R * static_cast<std::size_t>(c.hiddenSizePerLayerInput) * 4, "workspace"));
+            GEMMA_RETURN_IF_ERROR(perLayerInputs_.allocateZeroed(R * ple * 4, "workspace"));
+            GEMMA_RETURN_IF_ERROR(perLayerIdentity_.allocateZeroed(R * ple * 4, "workspace"));
+            GEMMA_RETURN_IF_ERROR(perLayerGate_.allocateZeroed(R * static_cast<std::size_t>(c.hiddenSizePerLayerInput) * 4, "workspace"));
         }
         return Status::ok();
     }
