@@ -341,6 +341,53 @@ struct LtBf16 {
     }
 };
 
+// The GEMM operands on the device as the engine builds them: W dequantized (BF16, or FP16 × wm)
+// into [out][ld], x (random normal, kept on the host for the reference) split into hi + lo
+// (BF16, or FP16 of x·xm) in [rows][ld], ld = roundUp(in, 8). Padding columns are zeroed: no
+// GEMM reads them, but initcheck would otherwise flag the whole rows cuBLASLt loads.
+struct GemmOperands {
+    std::int64_t ld = 0;
+    std::vector<float> x;
+    DeviceBuffer<std::uint16_t> w, hi, lo;
+};
+GemmOperands prepareGemm(const Fp4Matrix& w, int rows, bool fp16, float wm, float xm, std::mt19937_64& rng) {
+    GemmOperands g;
+    g.ld = roundUp(w.in, 8);
+    DeviceFp4 dw = upload(w);
+    g.w = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(w.out * g.ld));
+    g.hi = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(rows * g.ld));
+    g.lo = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(rows * g.ld));
+    for (auto* b : {&g.w, &g.hi, &g.lo}) HCHECK(cudaMemset(b->ptr, 0, b->bytes()));
+    kc::Fp4DequantizeParams dq;
+    dq.codes = dw.codes.ptr;
+    dq.scales = dw.scales.ptr;
+    dq.out = w.out;
+    dq.in = w.in;
+    dq.y = g.w.ptr;
+    dq.ldOut = g.ld;
+    dq.fp16 = fp16;
+    dq.multiplier = wm;
+    HCHECK_STATUS(kc::launchFp4DequantizeBf16(dq, nullptr));
+    g.x.resize(static_cast<std::size_t>(rows * w.in));
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (auto& v : g.x) v = normal(rng);
+    DeviceBuffer<float> dx(g.x.size());
+    dx.upload(g.x);
+    kc::ActivationConvertParams ac;
+    ac.x = dx.ptr;
+    ac.xStride = w.in;
+    ac.rows = rows;
+    ac.cols = w.in;
+    ac.hi = g.hi.ptr;
+    ac.lo = g.lo.ptr;
+    ac.outStride = g.ld;
+    ac.fp16 = fp16;
+    ac.multiplier = xm;
+    HCHECK_STATUS(kc::launchActivationToBf16(ac, nullptr));
+    HCHECK(cudaDeviceSynchronize());  // dw and dx go out of scope
+    return g;
+}
+
 // Y = hi·Wᵀ + lo·Wᵀ (two GEMMs, the second with beta = 1) against Σ_i w_bf16[o][i]·x[r][i] in FP64
 // with the fp32 x. Tolerance 3e-5 (rel) and 1e-4·max|ref| (max abs), from:
 //   - the operand: |x − (hi + lo)| <= 2^-16·|x| per element (checked above), random in sign, so
@@ -353,36 +400,12 @@ struct LtBf16 {
 void runGemm(LtBf16& lt, const std::string& name, std::int64_t out, std::int64_t in, int rows, std::mt19937_64& rng,
              Report& report) {
     const Fp4Matrix w = randomFp4(out, in, rng);
-    const std::int64_t ldw = roundUp(in, 8), ldx = roundUp(in, 8), ldy = out + 4;
-    DeviceFp4 dw = upload(w);
-    DeviceBuffer<std::uint16_t> dwBf16(static_cast<std::size_t>(out * ldw));
-    HCHECK(cudaMemset(dwBf16.ptr, 0, dwBf16.bytes()));  // columns past `in` are read by no GEMM; keep initcheck quiet
-    kc::Fp4DequantizeParams dq;
-    dq.codes = dw.codes.ptr;
-    dq.scales = dw.scales.ptr;
-    dq.out = out;
-    dq.in = in;
-    dq.y = dwBf16.ptr;
-    dq.ldOut = ldw;
-    HCHECK_STATUS(kc::launchFp4DequantizeBf16(dq, nullptr));
-
-    std::vector<float> x(static_cast<std::size_t>(rows * in));
-    std::normal_distribution<float> normal(0.f, 1.f);
-    for (auto& v : x) v = normal(rng);
-    DeviceBuffer<float> dx(x.size());
-    dx.upload(x);
-    DeviceBuffer<std::uint16_t> dhi(static_cast<std::size_t>(rows * ldx)), dlo(static_cast<std::size_t>(rows * ldx));
-    HCHECK(cudaMemset(dhi.ptr, 0, dhi.bytes()));
-    HCHECK(cudaMemset(dlo.ptr, 0, dlo.bytes()));
-    kc::ActivationConvertParams ac;
-    ac.x = dx.ptr;
-    ac.xStride = in;
-    ac.rows = rows;
-    ac.cols = in;
-    ac.hi = dhi.ptr;
-    ac.lo = dlo.ptr;
-    ac.outStride = ldx;
-    HCHECK_STATUS(kc::launchActivationToBf16(ac, nullptr));
+    GemmOperands g = prepareGemm(w, rows, false, 1.0f, 1.0f, rng);
+    const std::int64_t ldw = g.ld, ldx = g.ld, ldy = out + 4;
+    const std::vector<float>& x = g.x;
+    DeviceBuffer<std::uint16_t>& dwBf16 = g.w;
+    DeviceBuffer<std::uint16_t>& dhi = g.hi;
+    DeviceBuffer<std::uint16_t>& dlo = g.lo;
 
     DeviceBuffer<float> dy(static_cast<std::size_t>(rows * ldy)), dyHi(static_cast<std::size_t>(rows * ldy));
     dy.poison();
@@ -439,48 +462,18 @@ void runGemm(LtBf16& lt, const std::string& name, std::int64_t out, std::int64_t
 void runGemmFp16(LtBf16& lt, const std::string& name, std::int64_t out, std::int64_t in, int rows, std::mt19937_64& rng,
                  Report& report) {
     const Fp4Matrix w = randomFp4(out, in, rng);
-    const std::int64_t ld = roundUp(in, 8), ldy = out + 4;
     std::uint16_t largest = 0;
     for (auto sc : w.scales) largest = std::max<std::uint16_t>(largest, sc & 0x7FFFu);
     const float wm = fmt::fp16WeightMultiplier(fmt::bf16ToFloat(largest));
     constexpr float xm = 1.0f / 256.0f;
-    DeviceFp4 dw = upload(w);
-    DeviceBuffer<std::uint16_t> dw16(static_cast<std::size_t>(out * ld)), dhi(static_cast<std::size_t>(rows * ld)),
-        dlo(static_cast<std::size_t>(rows * ld));
-    HCHECK(cudaMemset(dw16.ptr, 0, dw16.bytes()));
-    HCHECK(cudaMemset(dhi.ptr, 0, dhi.bytes()));
-    HCHECK(cudaMemset(dlo.ptr, 0, dlo.bytes()));
-    kc::Fp4DequantizeParams dq;
-    dq.codes = dw.codes.ptr;
-    dq.scales = dw.scales.ptr;
-    dq.out = out;
-    dq.in = in;
-    dq.y = dw16.ptr;
-    dq.ldOut = ld;
-    dq.fp16 = true;
-    dq.multiplier = wm;
-    HCHECK_STATUS(kc::launchFp4DequantizeBf16(dq, nullptr));
-    std::vector<float> x(static_cast<std::size_t>(rows * in));
-    std::normal_distribution<float> normal(0.f, 1.f);
-    for (auto& v : x) v = normal(rng);
-    DeviceBuffer<float> dx(x.size());
-    dx.upload(x);
-    kc::ActivationConvertParams ac;
-    ac.x = dx.ptr;
-    ac.xStride = in;
-    ac.rows = rows;
-    ac.cols = in;
-    ac.hi = dhi.ptr;
-    ac.lo = dlo.ptr;
-    ac.outStride = ld;
-    ac.fp16 = true;
-    ac.multiplier = xm;
-    HCHECK_STATUS(kc::launchActivationToBf16(ac, nullptr));
+    GemmOperands g = prepareGemm(w, rows, true, wm, xm, rng);
+    const std::int64_t ld = g.ld, ldy = out + 4;
+    const std::vector<float>& x = g.x;
     DeviceBuffer<float> dy(static_cast<std::size_t>(rows * ldy));
     dy.poison();
     const float alpha = 1.0f / (wm * xm);
-    lt.gemm(rows, out, in, dhi.ptr, ld, dw16.ptr, ld, dy.ptr, ldy, false, CUDA_R_16F, alpha);
-    lt.gemm(rows, out, in, dlo.ptr, ld, dw16.ptr, ld, dy.ptr, ldy, true, CUDA_R_16F, alpha);
+    lt.gemm(rows, out, in, g.hi.ptr, ld, g.w.ptr, ld, dy.ptr, ldy, false, CUDA_R_16F, alpha);
+    lt.gemm(rows, out, in, g.lo.ptr, ld, g.w.ptr, ld, dy.ptr, ldy, true, CUDA_R_16F, alpha);
     HCHECK(cudaDeviceSynchronize());
     const auto y = dy.download();
     std::vector<int> sample;
