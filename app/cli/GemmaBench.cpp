@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
          {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
          {"no-graph", false, "launch every decode kernel directly instead of replaying the step as one CUDA graph"},
          {"no-gemm-prefill", false, "prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
-         {"pdl", false, "launch decode matvecs with programmatic dependent launch (sm_90+, experimental)"},
+         {"no-pdl", false, "launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
+         {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     std::string error;
@@ -174,7 +175,7 @@ int main(int argc, char** argv) {
     options.kvCache = kvCache == "f32" ? gemma::KvCacheType::F32 : gemma::KvCacheType::Bf16;
     options.cudaGraph = !cli.has("no-graph");
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
-    options.programmaticLaunch = cli.has("pdl");
+    options.programmaticLaunch = !cli.has("no-pdl");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
     if (!engine) {

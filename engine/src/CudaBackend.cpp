@@ -167,6 +167,7 @@ public:
         cudaDeviceProp properties{};
         GEMMA_RETURN_IF_ERROR(cudaError(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties"));
         deviceName_ = properties.name;
+        programmaticLaunch_ = programmaticLaunch_ && properties.major >= 9;  // PDL exists on sm_90+ only (name() says what runs)
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
         // The GEMM prefill path needs cuBLASLt; without it (not installed, or turned off) prefill
         // runs the matvec kernels in chunks of kPrefillChunk rows.
@@ -472,6 +473,7 @@ private:
         p.rows = rows;
         p.workspace = attentionWorkspace_.as<void>();
         p.workspaceBytes = attentionWorkspace_.bytes();
+        p.programmaticLaunch = programmaticLaunch_;
         return p;
     }
 
@@ -645,6 +647,7 @@ private:
         p.out = out;
         p.outStride = outStride;
         p.rows = rows;
+        p.programmaticLaunch = programmaticLaunch_;
         return kernelError(kc::launchEmbeddingGather(p, stream_), what);
     }
 
@@ -662,6 +665,7 @@ private:
         p.stride = n;
         p.rows = rows;
         p.eps = config_.rmsNormEps;
+        p.programmaticLaunch = programmaticLaunch_;
         return kernelError(kc::launchRmsNormResidual(p, stream_), "rms norm");
     }
 
@@ -762,6 +766,7 @@ private:
         p.logitStride = c.vocabSize;
         p.rows = rows - first;
         p.softcap = c.finalLogitSoftcap;
+        p.programmaticLaunch = programmaticLaunch_;
         return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
     }
 
@@ -785,6 +790,7 @@ private:
         combine.n = LP;
         combine.rows = rows;
         combine.scale = static_cast<float>(std::pow(2.0, -0.5));
+        combine.programmaticLaunch = programmaticLaunch_;
         return kernelError(kc::launchPleCombine(combine, stream_), "PLE combine");
     }
 
@@ -828,6 +834,7 @@ private:
             p.headDim = g.headDim;
             p.rows = rows;
             p.eps = c.rmsNormEps;
+            p.programmaticLaunch = programmaticLaunch_;
             GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(p, stream_), "q/k/v norm + RoPE"));
         }
         {
@@ -882,6 +889,7 @@ private:
             p.inputStride = c.numLayers * P;
             p.n = P;
             p.rows = rows;
+            p.programmaticLaunch = programmaticLaunch_;
             GEMMA_RETURN_IF_ERROR(kernelError(kc::launchPleGate(p, stream_), "PLE gate"));
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.perLayerProjection, perLayerGate_.as<float>(), P, branch_.as<float>(), H, rows, stats));

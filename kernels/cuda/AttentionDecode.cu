@@ -26,6 +26,7 @@
 // g <= 8192 / headDim (16 at 512, 32 at 256, 64 at 128); the shared memory fits the device;
 // q, caches and workspace 16-byte aligned, (cacheBatchStride · element bytes) % 16 == 0.
 // Not checkable on the host: positions[r] >= 0 (a negative position yields NaN output).
+// Programmatic launch (sm_90+, when asked): both kernels wait for the kernel before them first.
 #include "AttentionDecode.h"
 
 #include <cmath>
@@ -100,6 +101,8 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
     const int splits = gridDim.x;
     const int kvh = blockIdx.y;
     const int row = blockIdx.z;
+    gridDependencyWait();      // q and this step's K/V come from the kernel before (PDL)
+    allowDependentsToStart();  // the merge kernel may be scheduled now
 
     // Live band and this block's piece of it.
     const std::int64_t len = static_cast<std::int64_t>(p.positions[row]) + 1;
@@ -292,6 +295,7 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
     // version walked the splits serially in every thread: ~8 µs per launch on an H200.)
     __shared__ float weights[kMaxSplits];
     __shared__ float scratch[32];
+    gridDependencyWait();      // the partials come from the split kernel (PDL)
     allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
     const int h = blockIdx.x;
     const int row = blockIdx.y;
@@ -367,13 +371,12 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
     float* partML = partO + static_cast<std::size_t>(p.rows) * p.qHeads * splits * D;
     const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.kvHeads),
                     static_cast<unsigned>(p.rows));
-    attentionSplitKernel<D, KvT><<<grid, kThreads, smem, stream>>>(p, partO, partML);
-    cudaError_t err = cudaGetLastError();
+    const cudaError_t err = launchKernel(attentionSplitKernel<D, KvT>, grid, dim3(kThreads), smem, stream,
+                                         p.programmaticLaunch, p, partO, partML);
     if (err != cudaSuccess) return err;
     const dim3 mergeGrid(static_cast<unsigned>(p.qHeads), static_cast<unsigned>(p.rows));
-    attentionMergeKernel<<<mergeGrid, kThreads, 0, stream>>>(partO, partML, splits, p.qHeads, D,
-                                                            p.out, p.outStride);
-    return cudaGetLastError();
+    return launchKernel(attentionMergeKernel, mergeGrid, dim3(kThreads), 0, stream, p.programmaticLaunch, partO, partML,
+                        splits, p.qHeads, D, p.out, p.outStride);
 }
 
 }  // namespace attndetail

@@ -39,6 +39,9 @@ struct AttentionDecodeParams {
     void* workspace = nullptr;
     std::size_t workspaceBytes = 0;
     int splits = 0;  // key-sequence splits per (row, kv head); 0 = choose from the device
+    // sm_90+: programmatic dependent launch of both kernels (each may start during the kernel
+    // before it and waits for it before its first global access). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 
 // Splits the launcher will use for these parameters (depends on the device's SM count).

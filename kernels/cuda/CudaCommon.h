@@ -1,5 +1,6 @@
 // Device helpers shared by the kernels in kernels/cuda: warp reductions, BF16 storage helpers,
-// cp.async wrappers, and the device-property query every launcher sizes its grid from.
+// cp.async wrappers, the device-property query every launcher sizes its grid from, and the launch
+// helper (optionally programmatic) of the decode-step kernels.
 // Header-only (everything inline) so that a harness may #include several production .cu files.
 #pragma once
 
@@ -7,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "KernelStatus.h"
@@ -50,6 +52,51 @@ inline KernelStatus queryDeviceFacts(DeviceFacts& facts) {
 inline KernelStatus launchStatus() {
     return cudaGetLastError() == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
+inline KernelStatus launchStatus(cudaError_t err) {
+    return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), optionally as a programmatic dependent launch.
+// Contract:
+// - `args` convert to the kernel's parameter types at the call, by the rules of an ordinary call
+//   (Params is deduced from `kernel` only): an int64 passed for an int parameter converts as in a
+//   call, a pointer of the wrong type (e.g. const for non-const) does not compile, and
+//   cudaLaunchKernelEx gets exactly the kernel's types.
+// - programmatic and the current device is sm_90+: the launch carries
+//   cudaLaunchAttributeProgrammaticStreamSerialization, so the kernel may start while the
+//   previous kernel in `stream` still runs (once that kernel called allowDependentsToStart() in
+//   every block, or finished). The kernel must then call gridDependencyWait() in every thread of
+//   every block (early-returning ones too) before it reads anything an earlier kernel writes and
+//   before its first global write. That wait covers the previous kernel only; earlier ones are
+//   covered because every kernel of the chain waits before it can finish. Otherwise (not asked,
+//   below sm_90): an ordinary launch.
+// - Returns the launch's error; the runtime's last-error slot is consumed as launchStatus() does.
+template <typename T>
+struct NonDeduced {  // std::type_identity (C++20; the in-project CUDA build compiles as C++17)
+    using type = T;
+};
+template <typename... Params>
+inline cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                                cudaStream_t stream, bool programmatic, typename NonDeduced<Params>::type... args) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 0;
+    if (programmatic) {
+        DeviceFacts facts;
+        if (queryDeviceFacts(facts) != KernelStatus::Ok) return cudaErrorInvalidDevice;
+        if (facts.computeMajor >= 9) config.numAttrs = 1;
+    }
+    const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+    const cudaError_t last = cudaGetLastError();
+    return err != cudaSuccess ? err : last;
+}
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
@@ -82,11 +129,11 @@ inline KernelStatus oneWaveBlocks(Kernel kernel, int threads, std::int64_t wante
 }
 
 // ---- device: programmatic dependent launch (sm_90+; no-ops elsewhere) ---------------------------
-// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
-// previous kernel in the stream still runs; it must call gridDependencyWait() before it reads
-// anything that kernel writes (the wait returns at once when there is no such dependency). A
-// kernel calls allowDependentsToStart() to let such a successor be scheduled before it finishes
-// (the successor still waits for all of its writes).
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization (launchKernel with
+// programmatic = true) may start while the previous kernel in the stream still runs; it must call
+// gridDependencyWait() before it reads anything that kernel writes (the wait returns at once when
+// there is no such dependency). A kernel calls allowDependentsToStart() to let such a successor be
+// scheduled before it finishes (the successor still waits for all of its writes).
 __device__ __forceinline__ void gridDependencyWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");

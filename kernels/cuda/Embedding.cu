@@ -6,6 +6,7 @@
 //
 // Layouts: codes [V][H] bytes, rowScales [V] fp32, out [rows][outStride] fp32.
 // Preconditions (checked): non-null pointers, vocab >= 1, hidden >= 1, outStride >= hidden.
+// Programmatic launch (sm_90+, when asked): every thread waits for the previous kernel first.
 #include "Embedding.h"
 
 #include <kernels/WeightFormats.h>
@@ -20,6 +21,8 @@ __global__ void __launch_bounds__(256) embeddingGatherKernel(
     const std::uint8_t* __restrict__ codes, const float* __restrict__ rowScales, std::int64_t vocab,
     std::int64_t hidden, const int* __restrict__ tokenIds, float embedScale, float* __restrict__ out,
     std::int64_t outStride) {
+    gridDependencyWait();  // out may still be read by the kernel before (PDL)
+    allowDependentsToStart();
     const int row = blockIdx.x;
     const int id = tokenIds[row];
     float* dst = out + row * outStride;
@@ -40,9 +43,9 @@ KernelStatus launchEmbeddingGather(const EmbeddingParams& p, cudaStream_t stream
     if (!p.codes || !p.rowScales || !p.tokenIds || !p.out) return KernelStatus::InvalidArgument;
     if (p.vocab < 1 || p.hidden < 1 || p.rows < 1 || p.outStride < p.hidden)
         return KernelStatus::InvalidArgument;
-    embeddetail::embeddingGatherKernel<<<static_cast<unsigned>(p.rows), 256, 0, stream>>>(
-        p.codes, p.rowScales, p.vocab, p.hidden, p.tokenIds, p.embedScale, p.out, p.outStride);
-    return launchStatus();
+    return launchStatus(launchKernel(embeddetail::embeddingGatherKernel, dim3(static_cast<unsigned>(p.rows)), dim3(256),
+                                     0, stream, p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden,
+                                     p.tokenIds, p.embedScale, p.out, p.outStride));
 }
 
 }  // namespace gemma::cuda

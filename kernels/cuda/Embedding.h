@@ -19,6 +19,9 @@ struct EmbeddingParams {
     float* out = nullptr;           // [rows][outStride] fp32
     std::int64_t outStride = 0;
     int rows = 1;
+    // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
+    // before its first global access). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 
 KernelStatus launchEmbeddingGather(const EmbeddingParams& params, cudaStream_t stream);

@@ -10,6 +10,7 @@
 // is exact (every E4M3FN value, NaN included, is an FP16 value), then to fp32.
 //
 // Preconditions (checked): codes 16-byte aligned, H % 16 == 0, x 16-byte aligned, xStride % 4 == 0.
+// Programmatic launch (sm_90+, when asked): every thread waits for the previous kernel first.
 #include "Fp8LmHead.h"
 
 #include "CudaCommon.h"
@@ -47,6 +48,8 @@ __global__ void __launch_bounds__(256, 2) fp8LmHeadKernel(
     const std::uint8_t* __restrict__ codes, const float* __restrict__ rowScales, std::int64_t vocab,
     std::int64_t hidden, const float* __restrict__ x, std::int64_t xStride,
     float* __restrict__ logits, std::int64_t logitStride, float softcap) {
+    gridDependencyWait();  // every thread, idle warps too: x comes from the final norm (PDL)
+    allowDependentsToStart();
     const int lane = threadIdx.x & 31;
     const std::int64_t row0 =
         (static_cast<std::int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
@@ -122,9 +125,9 @@ cudaError_t launchNb(const Fp8LmHeadParams& p, const float* x, float* logits, cu
     constexpr int kThreads = 256;
     const std::int64_t warps = (p.vocab + kR - 1) / kR;
     const std::int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
-    fp8LmHeadKernel<kR, NB><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        p.codes, p.rowScales, p.vocab, p.hidden, x, p.xStride, logits, p.logitStride, p.softcap);
-    return cudaGetLastError();
+    return launchKernel(fp8LmHeadKernel<kR, NB>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream,
+                        p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden, x, p.xStride, logits,
+                        p.logitStride, p.softcap);
 }
 
 }  // namespace fp8detail

@@ -22,6 +22,9 @@ struct Fp8LmHeadParams {
     std::int64_t logitStride = 0;
     int rows = 1;
     float softcap = 30.0f;  // logits = softcap·tanh(z / softcap); <= 0 disables the cap
+    // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
+    // before its first global access). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 
 KernelStatus launchFp8LmHead(const Fp8LmHeadParams& params, cudaStream_t stream);

@@ -14,6 +14,7 @@
 // Preconditions (checked): headDim even and <= 512 (below 64, lanes past headDim/2 idle); qHeads >= 1; with k: kvHeads >= 1,
 // caches non-null, capacity >= 1, kNormWeight non-null; rotatedPairs in [0, headDim/2];
 // invFreq non-null when rotatedPairs > 0. A negative position writes nothing to the cache.
+// Programmatic launch (sm_90+, when asked): every thread waits for the previous kernel first.
 #include "NormRopeCache.h"
 
 #include <kernels/WeightFormats.h>
@@ -36,6 +37,8 @@ __device__ __forceinline__ void storeKv(void* cache, KvDtype dtype, std::int64_t
 
 // ---- kernel ------------------------------------------------------------------------------------------
 __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
+    gridDependencyWait();  // every thread, idle ones too: q/k/v come from the matvec (PDL)
+    allowDependentsToStart();
     const int tasksPerRow = p.qHeads + (p.k ? 2 * p.kvHeads : 0);
     const std::int64_t task =
         static_cast<std::int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -151,8 +154,8 @@ KernelStatus launchQkvNormRope(const QkvNormRopeParams& p, cudaStream_t stream) 
     const std::int64_t tasks =
         static_cast<std::int64_t>(p.qHeads + (p.k ? 2 * p.kvHeads : 0)) * p.rows;
     const std::int64_t blocks = (tasks + 3) / 4;
-    qkvdetail::qkvNormRopeKernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
-    return launchStatus();
+    return launchStatus(launchKernel(qkvdetail::qkvNormRopeKernel, dim3(static_cast<unsigned>(blocks)), dim3(128), 0,
+                                     stream, p.programmaticLaunch, p));
 }
 
 }  // namespace gemma::cuda

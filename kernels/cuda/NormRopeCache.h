@@ -37,6 +37,9 @@ struct QkvNormRopeParams {
     int headDim = 0;  // a multiple of 64, at most 512
     int rows = 1;
     float eps = 1e-6f;
+    // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
+    // before its first global access). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 
 KernelStatus launchQkvNormRope(const QkvNormRopeParams& params, cudaStream_t stream);

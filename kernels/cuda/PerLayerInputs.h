@@ -20,6 +20,9 @@ struct PleCombineParams {
     std::int64_t n = 0;  // L·P
     int rows = 1;
     float scale = 0.70710678f;
+    // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
+    // before its first global access). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 KernelStatus launchPleCombine(const PleCombineParams& params, cudaStream_t stream);
 
@@ -32,6 +35,9 @@ struct PleGateParams {
     std::int64_t inputStride = 0;
     std::int64_t n = 0;  // P
     int rows = 1;
+    // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
+    // before its first global access). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 KernelStatus launchPleGate(const PleGateParams& params, cudaStream_t stream);
 

@@ -10,6 +10,9 @@
 // Generic path (anything else): the looped version; the row is re-read by the same thread that
 // wrote it, so no barrier is needed between the write of x and the second norm's read.
 //
+// Programmatic launch (sm_90+, when asked): every thread waits for the previous kernel first,
+// then lets the next one start.
+//
 // Layouts: every buffer [rows][stride] fp32; weights [n] fp32.
 // Preconditions (checked): residual non-null, n >= 1, stride >= n, rows >= 1.
 #include "RmsNorm.h"
@@ -25,6 +28,7 @@ __global__ void __launch_bounds__(256) rmsNormResidualKernel(
     float layerScalar, const float* __restrict__ outWeight, float* __restrict__ out, std::int64_t n,
     std::int64_t stride, float eps) {
     __shared__ float scratch[32];
+    gridDependencyWait();      // every thread: x and branch come from earlier kernels (PDL)
     allowDependentsToStart();  // a programmatically launched matvec may prefetch its weights now
     const std::int64_t rowOffset = static_cast<std::int64_t>(blockIdx.x) * stride;
     float* x = residual + rowOffset;
@@ -66,6 +70,7 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     float layerScalar, const float* __restrict__ outWeight, float* __restrict__ out, std::int64_t n,
     std::int64_t stride, float eps) {
     __shared__ float scratch[32];
+    gridDependencyWait();      // every thread: x and branch come from earlier kernels (PDL)
     allowDependentsToStart();  // a programmatically launched matvec may prefetch its weights now
     const std::int64_t rowOffset = static_cast<std::int64_t>(blockIdx.x) * stride;
     const int quads = static_cast<int>(n / 4);
@@ -131,24 +136,20 @@ KernelStatus launchRmsNormResidual(const RmsNormParams& p, cudaStream_t stream) 
     using namespace rmsdetail;
     const auto vectorOk = [&](const void* q) { return q == nullptr || aligned16(q); };
     const std::int64_t quads = p.n / 4;
-    if (p.n % 4 == 0 && p.stride % 4 == 0 && quads <= 1024 * kMaxQuads && vectorOk(p.branch) &&
-        vectorOk(p.branchWeight) && vectorOk(p.residual) && vectorOk(p.outWeight) && vectorOk(p.out)) {
-        // Fewest pieces per thread that cover the row with at most 1024 threads, then the fewest
-        // threads (whole warps) for that count.
-        const int k = static_cast<int>((quads + 1023) / 1024);
-        const int threads = static_cast<int>(((quads + k - 1) / k + 31) / 32 * 32);
-        const unsigned grid = static_cast<unsigned>(p.rows);
-        switch (k) {
-            case 1: rmsNormResidualRegisterKernel<1><<<grid, threads, 0, stream>>>(p.branch, p.branchWeight, p.residual, p.layerScalar, p.outWeight, p.out, p.n, p.stride, p.eps); break;
-            case 2: rmsNormResidualRegisterKernel<2><<<grid, threads, 0, stream>>>(p.branch, p.branchWeight, p.residual, p.layerScalar, p.outWeight, p.out, p.n, p.stride, p.eps); break;
-            default: rmsNormResidualRegisterKernel<kMaxQuads><<<grid, threads, 0, stream>>>(p.branch, p.branchWeight, p.residual, p.layerScalar, p.outWeight, p.out, p.n, p.stride, p.eps); break;
-        }
-        return launchStatus();
-    }
-    rmsNormResidualKernel<<<static_cast<unsigned>(p.rows), 256, 0, stream>>>(
-        p.branch, p.branchWeight, p.residual, p.layerScalar, p.outWeight, p.out, p.n, p.stride,
-        p.eps);
-    return launchStatus();
+    // Register path: the fewest pieces per thread that cover the row with at most 1024 threads,
+    // then the fewest threads (whole warps) for that count. Both kernels take the same arguments.
+    const bool registerPath = p.n % 4 == 0 && p.stride % 4 == 0 && quads <= 1024 * kMaxQuads &&
+                              vectorOk(p.branch) && vectorOk(p.branchWeight) && vectorOk(p.residual) &&
+                              vectorOk(p.outWeight) && vectorOk(p.out);
+    const int k = static_cast<int>((quads + 1023) / 1024);
+    const auto kernel = !registerPath ? &rmsNormResidualKernel
+                        : k == 1      ? &rmsNormResidualRegisterKernel<1>
+                        : k == 2      ? &rmsNormResidualRegisterKernel<2>
+                                      : &rmsNormResidualRegisterKernel<kMaxQuads>;
+    const int threads = registerPath ? static_cast<int>(((quads + k - 1) / k + 31) / 32 * 32) : 256;
+    return launchStatus(launchKernel(kernel, dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0,
+                                     stream, p.programmaticLaunch, p.branch, p.branchWeight, p.residual, p.layerScalar,
+                                     p.outWeight, p.out, p.n, p.stride, p.eps));
 }
 
 }  // namespace gemma::cuda

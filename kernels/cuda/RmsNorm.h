@@ -28,6 +28,9 @@ struct RmsNormParams {
     std::int64_t stride = 0;  // elements between rows, >= n
     int rows = 1;
     float eps = 1e-6f;
+    // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
+    // before its first global access). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 
 KernelStatus launchRmsNormResidual(const RmsNormParams& params, cudaStream_t stream);

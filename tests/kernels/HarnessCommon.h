@@ -13,6 +13,8 @@
 
 #include <kernels/WeightFormats.h>
 
+#include "CudaCommon.h"  // allowDependentsToStart() for the producer kernel below
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -101,6 +103,66 @@ struct DeviceBuffer {
     }
     void poison() { HCHECK(cudaMemset(ptr, 0xFF, count * sizeof(T))); }  // NaN for f32 and bf16
     std::size_t bytes() const { return count * sizeof(T); }
+};
+
+// ---- programmatic launch checks ------------------------------------------------------------------
+// The producer of a "programmatic launch" check: an ordinary kernel that lets its dependents start
+// at once (sm_90+), spins for ~50 µs, then copies `bytes` from src to dst. A kernel launched
+// programmatically right after it starts during the spin, and sees the NaN poison in dst unless it
+// waits (griddepcontrol.wait) before reading.
+__global__ void delayedCopyKernel(const std::uint8_t* src, std::uint8_t* dst, std::size_t bytes) {
+    gemma::cuda::allowDependentsToStart();
+    const long long start = clock64();
+    while (clock64() - start < 100000) {
+    }
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < bytes;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+        dst[i] = src[i];
+}
+
+// How a fixture feeds the inputs that, in the engine, an earlier kernel writes. Ordinary
+// (programmatic = false): upload() writes them into the kernel's buffers and produce() does
+// nothing; launch on stream() (the legacy stream) as before. Programmatic: upload() writes a
+// staging copy and poisons the kernel's buffer with NaN; produce() waits for the device (poisons
+// and uploads run on the legacy stream), then copies every staged input in with delayedCopyKernel
+// on a non-blocking stream; the fixture then launches the kernel under test on stream() with
+// programmaticLaunch = true and synchronizes.
+class Producer {
+public:
+    explicit Producer(bool programmatic) : programmatic_(programmatic) {
+        if (programmatic_) HCHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    }
+    Producer(const Producer&) = delete;
+    Producer& operator=(const Producer&) = delete;
+    ~Producer() { if (stream_) cudaStreamDestroy(stream_); }
+    bool programmatic() const { return programmatic_; }
+    cudaStream_t stream() const { return stream_; }
+    std::string tag() const { return programmatic_ ? "programmatic launch: " : ""; }
+    template <typename T>
+    void upload(DeviceBuffer<T>& input, const std::vector<T>& host) {
+        if (!programmatic_) return input.upload(host);
+        DeviceBuffer<std::uint8_t> staging(host.size() * sizeof(T));
+        HCHECK(cudaMemcpy(staging.ptr, host.data(), staging.bytes(), cudaMemcpyHostToDevice));
+        input.poison();
+        copies_.push_back({std::move(staging), reinterpret_cast<std::uint8_t*>(input.ptr)});
+    }
+    void produce() {
+        if (!programmatic_) return;
+        HCHECK(cudaDeviceSynchronize());
+        for (auto& c : copies_) {
+            delayedCopyKernel<<<64, 256, 0, stream_>>>(c.staging.ptr, c.dst, c.staging.bytes());
+            HCHECK(cudaGetLastError());
+        }
+    }
+
+private:
+    struct Copy {
+        DeviceBuffer<std::uint8_t> staging;
+        std::uint8_t* dst;
+    };
+    bool programmatic_;
+    cudaStream_t stream_ = nullptr;
+    std::vector<Copy> copies_;
 };
 
 // ---- comparison ----------------------------------------------------------------------------------

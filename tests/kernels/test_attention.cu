@@ -5,7 +5,9 @@
 // - every cache slot outside each row's live band is NaN, so one out-of-band read fails the run;
 //   the output and the split workspace are poisoned with NaN before each launch;
 // - FP64 host reference over the same rounded cache values and fp32 q;
-// - parity oracle: a cuBLASLt pipeline QKᵀ → softmax → ·V over the same op instance.
+// - parity oracle: a cuBLASLt pipeline QKᵀ → softmax → ·V over the same op instance;
+// - programmatic launch: q and the caches written by a delayed producer kernel (HarnessCommon.h
+//   Producer), both kernels launched programmatically after it, 10 rounds over three fixtures.
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "HarnessCommon.h"
 
@@ -37,7 +39,7 @@ std::int64_t bandStart(const Fixture& f, int pos) {
 }
 
 bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
-                std::vector<std::string>& perf) {
+                std::vector<std::string>& perf, Producer& producer) {
     const int rows = static_cast<int>(f.positions.size());
     const int d = f.headDim, g = f.qHeads / f.kvHeads;
     const std::int64_t cacheElems = f.capacity * f.kvHeads * d;
@@ -80,10 +82,10 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
         }
     }
     DeviceBuffer<std::uint8_t> dk(kb.size()), dv(vb.size());
-    dk.upload(kb);
-    dv.upload(vb);
+    producer.upload(dk, kb);
+    producer.upload(dv, vb);
     DeviceBuffer<float> dq(q.size()), dout(q.size());
-    dq.upload(q);
+    producer.upload(dq, q);
     DeviceBuffer<int> dpos(rows);
     dpos.upload(f.positions);
 
@@ -112,7 +114,9 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     p.workspace = dws.ptr;
     p.workspaceBytes = wsBytes;
     dout.poison();
-    HCHECK_STATUS(gc::launchAttentionDecode(p, nullptr));
+    p.programmaticLaunch = producer.programmatic();
+    producer.produce();
+    HCHECK_STATUS(gc::launchAttentionDecode(p, producer.stream()));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> out = dout.download();
 
@@ -147,7 +151,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     }
     const int splitsUsed = gc::attentionDecodeSplits(p);
     const std::string note = "splits " + std::to_string(splitsUsed);
-    bool ok = report.add("attn " + f.name, compare(out.data(), ref.data(), out.size()), 1e-4, 1e-4, note);
+    bool ok = report.add("attn " + producer.tag() + f.name, compare(out.data(), ref.data(), out.size()), 1e-4, 1e-4, note);
 
     // Parity oracle: cuBLASLt S = Q·Kᵀ, softmax, O = P·V, per (row, kv head), over the band.
     if (lt && f.oracle) {
@@ -266,7 +270,17 @@ int main() {
         return 1;
     }
     std::vector<std::string> perf;
-    for (const auto& f : fx) runFixture(f, rng, report, lt, perf);
+    Producer ordinary(false);
+    for (const auto& f : fx) runFixture(f, rng, report, lt, perf, ordinary);
+    // Programmatic launch, 10 rounds: MQA with empty splits, GQA with 3 rows on one ring and an
+    // odd split count (no oracle, no timing).
+    const std::size_t pdlFixtures[] = {5, 16, 18};
+    for (int round = 0; round < 10; ++round) {
+        Fixture f = fx[pdlFixtures[round % 3]];
+        f.oracle = f.timing = false;
+        Producer producer(true);
+        runFixture(f, rng, report, nullptr, perf, producer);
+    }
     if (lt) cublasLtDestroy(lt);
     std::printf("%zu fixtures\n", fx.size());
     if (!perf.empty()) {

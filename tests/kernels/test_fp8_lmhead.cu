@@ -3,6 +3,8 @@
 //   argmax (Argmax.cu).
 // FP64 host references over the same stored codes/scales; outputs poisoned with NaN; x padded
 // with NaN past H. Information only: lm_head GB/s (CUDA events, median, table rotated past L2).
+// Programmatic launch: x (lm_head) and the token ids (gather) written by a delayed producer kernel
+// (HarnessCommon.h Producer), the kernel launched programmatically after it, 10 rounds each.
 #include "../../kernels/cuda/Argmax.cu"
 #include "../../kernels/cuda/Embedding.cu"
 #include "../../kernels/cuda/Fp8LmHead.cu"
@@ -39,7 +41,7 @@ Table randomTable(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng)
 }
 
 void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, std::mt19937_64& rng,
-                Report& report, bool timing, std::vector<std::string>& perf) {
+                Report& report, bool timing, std::vector<std::string>& perf, Producer& producer) {
     const Table t = randomTable(vocab, hidden, rng);
     const std::int64_t xStride = hidden + 8;  // NaN past H: must not be read
     std::vector<float> x(static_cast<std::size_t>(rows * xStride), std::nanf(""));
@@ -51,7 +53,7 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
     DeviceBuffer<float> ds(t.scales.size());
     ds.upload(t.scales);
     DeviceBuffer<float> dx(x.size());
-    dx.upload(x);
+    producer.upload(dx, x);
     DeviceBuffer<float> dl(static_cast<std::size_t>(rows * vocab));
     dl.poison();
     gc::Fp8LmHeadParams p;
@@ -65,7 +67,9 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
     p.logitStride = vocab;
     p.rows = rows;
     p.softcap = cap;
-    HCHECK_STATUS(gc::launchFp8LmHead(p, nullptr));
+    p.programmaticLaunch = producer.programmatic();
+    producer.produce();
+    HCHECK_STATUS(gc::launchFp8LmHead(p, producer.stream()));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> got = dl.download();
     std::vector<double> lut(256);
@@ -84,7 +88,7 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
     char name[128];
     std::snprintf(name, sizeof name, "lm_head V%lld H%lld b%d cap%g", static_cast<long long>(vocab),
                   static_cast<long long>(hidden), rows, cap);
-    report.add(name, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
+    report.add(producer.tag() + name, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
 
     if (timing && rows == 1) {
         const double bytes = static_cast<double>(t.codes.size()) + 4.0 * vocab;
@@ -106,7 +110,7 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
     }
 }
 
-void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng, Report& report) {
+void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng, Report& report, Producer& producer) {
     const Table t = randomTable(vocab, hidden, rng);
     std::vector<int> ids = {0, static_cast<int>(vocab - 1), -1, static_cast<int>(vocab)};
     std::uniform_int_distribution<int> pick(0, static_cast<int>(vocab - 1));
@@ -118,7 +122,7 @@ void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng
     DeviceBuffer<float> ds(t.scales.size());
     ds.upload(t.scales);
     DeviceBuffer<int> di(ids.size());
-    di.upload(ids);
+    producer.upload(di, ids);
     const std::int64_t outStride = hidden + 1;
     DeviceBuffer<float> dout(static_cast<std::size_t>(rows * outStride));
     dout.poison();
@@ -132,7 +136,9 @@ void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng
     p.out = dout.ptr;
     p.outStride = outStride;
     p.rows = rows;
-    HCHECK_STATUS(gc::launchEmbeddingGather(p, nullptr));
+    p.programmaticLaunch = producer.programmatic();
+    producer.produce();
+    HCHECK_STATUS(gc::launchEmbeddingGather(p, producer.stream()));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> got = dout.download();
     std::size_t mismatches = 0, badInvalid = 0;
@@ -156,7 +162,7 @@ void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng
     char name[128];
     std::snprintf(name, sizeof name, "embedding V%lld H%lld (bit-exact, 2 invalid ids)",
                   static_cast<long long>(vocab), static_cast<long long>(hidden));
-    report.addCheck(name, mismatches == 0 && badInvalid == 0,
+    report.addCheck(producer.tag() + name, mismatches == 0 && badInvalid == 0,
                     "mismatches " + std::to_string(mismatches) + ", invalid-id rows not NaN " +
                         std::to_string(badInvalid));
 }
@@ -219,16 +225,23 @@ int main() {
     const bool quick = quickMode();
     Report report("fp8_lmhead_embedding_argmax");
     std::vector<std::string> perf;
+    Producer ordinary(false);
 
-    lmHeadCase(4099, 2816, 1, 30.0f, rng, report, false, perf);
-    lmHeadCase(4099, 2816, 3, 30.0f, rng, report, false, perf);
-    lmHeadCase(1000, 1536, 2, 0.0f, rng, report, false, perf);
-    lmHeadCase(37, 16, 1, 30.0f, rng, report, false, perf);
+    lmHeadCase(4099, 2816, 1, 30.0f, rng, report, false, perf, ordinary);
+    lmHeadCase(4099, 2816, 3, 30.0f, rng, report, false, perf, ordinary);
+    lmHeadCase(1000, 1536, 2, 0.0f, rng, report, false, perf, ordinary);
+    lmHeadCase(37, 16, 1, 30.0f, rng, report, false, perf, ordinary);
     if (!quick) {
-        lmHeadCase(262144, 3840, 1, 30.0f, rng, report, true, perf);   // 12b
-        lmHeadCase(262144, 5376, 1, 30.0f, rng, report, true, perf);   // 31b
-        lmHeadCase(262144, 1536, 1, 30.0f, rng, report, true, perf);   // e2b
-        lmHeadCase(262144, 2560, 2, 30.0f, rng, report, false, perf);  // e4b, batch 2
+        lmHeadCase(262144, 3840, 1, 30.0f, rng, report, true, perf, ordinary);   // 12b
+        lmHeadCase(262144, 5376, 1, 30.0f, rng, report, true, perf, ordinary);   // 31b
+        lmHeadCase(262144, 1536, 1, 30.0f, rng, report, true, perf, ordinary);   // e2b
+        lmHeadCase(262144, 2560, 2, 30.0f, rng, report, false, perf, ordinary);  // e4b, batch 2
+    }
+    // Programmatic launch, 10 rounds each: lm_head with 1 and 3 rows (two launches), gather.
+    for (int round = 0; round < 10; ++round) {
+        Producer lmHead(true), gather(true);
+        lmHeadCase(4099, 2816, 1 + 2 * (round & 1), 30.0f, rng, report, false, perf, lmHead);
+        embeddingCase(1000, 1536, rng, report, gather);
     }
     {
         gc::Fp8LmHeadParams bad;
@@ -244,8 +257,8 @@ int main() {
                         gc::launchFp8LmHead(bad, nullptr) == gc::KernelStatus::Unsupported, "");
     }
 
-    embeddingCase(1000, 1536, rng, report);
-    embeddingCase(quick ? 5000 : 262144, quick ? 2816 : 5376, rng, report);
+    embeddingCase(1000, 1536, rng, report, ordinary);
+    embeddingCase(quick ? 5000 : 262144, quick ? 2816 : 5376, rng, report, ordinary);
 
     argmaxCase(1000, 1, rng, report);
     argmaxCase(8193, 3, rng, report);

@@ -2,6 +2,8 @@
 // (kernels/cuda/NormRopeCache.cu). FP64 host reference over the same fp32 inputs (the RoPE angle is
 // float(invFreq·float(pos)) as transformers computes it; cos/sin in double). Caches are filled
 // with NaN and every slot except the written ones must stay NaN; qOut is poisoned first.
+// Programmatic launch: q, k and v written by a delayed producer kernel (HarnessCommon.h Producer),
+// the kernel launched programmatically after it, 10 rounds over three fixtures.
 #include "../../kernels/cuda/NormRopeCache.cu"
 #include "HarnessCommon.h"
 
@@ -48,7 +50,7 @@ void ropeRef(std::vector<double>& y, const std::vector<float>& invFreq, int rota
     }
 }
 
-void runFixture(const Fixture& f, std::mt19937_64& rng, Report& report) {
+void runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, Producer& producer) {
     const int rows = static_cast<int>(f.positions.size());
     const int d = f.headDim;
     const float eps = 1e-6f;
@@ -68,9 +70,9 @@ void runFixture(const Fixture& f, std::mt19937_64& rng, Report& report) {
         dqo(q.size());
     DeviceBuffer<int> dpos(rows);
     DeviceBuffer<std::uint8_t> kc(totalCache * eb), vc(totalCache * eb);
-    dq.upload(q);
-    dk.upload(k);
-    dv.upload(v);
+    producer.upload(dq, q);
+    producer.upload(dk, k);
+    producer.upload(dv, v);
     dqw.upload(qw);
     dkw.upload(kw);
     dinv.upload(invFreq);
@@ -100,7 +102,9 @@ void runFixture(const Fixture& f, std::mt19937_64& rng, Report& report) {
     p.headDim = d;
     p.rows = rows;
     p.eps = eps;
-    HCHECK_STATUS(gc::launchQkvNormRope(p, nullptr));
+    p.programmaticLaunch = producer.programmatic();
+    producer.produce();
+    HCHECK_STATUS(gc::launchQkvNormRope(p, producer.stream()));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> qo = dqo.download();
     const std::vector<std::uint8_t> kb = kc.download(), vb = vc.download();
@@ -158,12 +162,13 @@ void runFixture(const Fixture& f, std::mt19937_64& rng, Report& report) {
 
     const bool bf16 = f.dtype == gc::KvDtype::BF16;
     const double cacheRel = bf16 ? 3e-3 : 3e-6, cacheAbs = bf16 ? 8e-3 : 1e-5;
-    report.add(std::string("q ") + f.name, compare(gotQ.data(), refQ.data(), gotQ.size()), 3e-6, 1e-5);
+    const std::string name = producer.tag() + f.name;
+    report.add("q " + name, compare(gotQ.data(), refQ.data(), gotQ.size()), 3e-6, 1e-5);
     if (!f.shared) {
-        report.add(std::string("k cache ") + f.name, compare(gotK.data(), refK.data(), gotK.size()), cacheRel, cacheAbs);
-        report.add(std::string("v cache ") + f.name, compare(gotV.data(), refV.data(), gotV.size()), cacheRel, cacheAbs);
+        report.add("k cache " + name, compare(gotK.data(), refK.data(), gotK.size()), cacheRel, cacheAbs);
+        report.add("v cache " + name, compare(gotV.data(), refV.data(), gotV.size()), cacheRel, cacheAbs);
     }
-    report.addCheck(std::string("no stray writes ") + f.name, stray == 0 && qGapsNaN,
+    report.addCheck("no stray writes " + name, stray == 0 && qGapsNaN,
                     "stray cache elements " + std::to_string(stray));
 }
 
@@ -192,6 +197,13 @@ int main() {
         {"golden d32 sliding rows", 4, 2, 32, 16, 1e4, false, false, KvDtype::F32, 47, {40, 41, 42}, false},
         {"golden d64 full partial k_eq_v", 4, 1, 64, 8, 1e6, false, true, KvDtype::BF16, 512, {79}, false},
     };
-    for (const auto& f : fixtures) runFixture(f, rng, report);
+    Producer ordinary(false);
+    for (const auto& f : fixtures) runFixture(f, rng, report, ordinary);
+    // Programmatic launch, 10 rounds: several rows on a shared cache, own caches, k_eq_v + fp32.
+    const std::size_t pdlFixtures[] = {3, 6, 5};
+    for (int round = 0; round < 10; ++round) {
+        Producer producer(true);
+        runFixture(fixtures[pdlFixtures[round % 3]], rng, report, producer);
+    }
     return report.finish();
 }

@@ -1,6 +1,8 @@
 // Harness: RMSNorm fused with residual add, layer scalar and the following norm
 // (kernels/cuda/RmsNorm.cu). FP64 host reference over the same fp32 inputs; `out` poisoned with
 // NaN before each launch; the row gaps (stride > n) of residual and out are NaN and must stay so.
+// Programmatic launch: x and the branch written by a delayed producer kernel (HarnessCommon.h
+// Producer), the norm launched programmatically after it, 10 rounds over both kernel paths.
 #include "../../kernels/cuda/RmsNorm.cu"
 #include "HarnessCommon.h"
 
@@ -15,7 +17,7 @@ struct Mode {
     float scalar;
 };
 
-void runCase(const Mode& m, std::int64_t n, int rows, std::mt19937_64& rng, Report& report) {
+void runCase(const Mode& m, std::int64_t n, int rows, std::mt19937_64& rng, Report& report, Producer& producer) {
     const std::int64_t stride = n + 3;
     const float eps = 1e-6f;
     auto padded = [&](float lo, float hi) {
@@ -28,8 +30,8 @@ void runCase(const Mode& m, std::int64_t n, int rows, std::mt19937_64& rng, Repo
     const std::vector<float> x = padded(-4.f, 4.f), a = padded(-20.f, 20.f);
     const std::vector<float> w1 = randomFloats(n, rng, 0.2f, 2.0f), w2 = randomFloats(n, rng, 0.2f, 2.0f);
     DeviceBuffer<float> dx(x.size()), da(a.size()), dw1(n), dw2(n), dout(x.size());
-    dx.upload(x);
-    da.upload(a);
+    producer.upload(dx, x);
+    producer.upload(da, a);
     dw1.upload(w1);
     dw2.upload(w2);
     dout.poison();
@@ -44,7 +46,9 @@ void runCase(const Mode& m, std::int64_t n, int rows, std::mt19937_64& rng, Repo
     p.stride = stride;
     p.rows = rows;
     p.eps = eps;
-    HCHECK_STATUS(gc::launchRmsNormResidual(p, nullptr));
+    p.programmaticLaunch = producer.programmatic();
+    producer.produce();
+    HCHECK_STATUS(gc::launchRmsNormResidual(p, producer.stream()));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> gx = dx.download(), go = dout.download();
 
@@ -79,7 +83,7 @@ void runCase(const Mode& m, std::int64_t n, int rows, std::mt19937_64& rng, Repo
         for (std::int64_t i = n; i < stride && r * stride + i < static_cast<std::int64_t>(gx.size()); ++i)
             gapsOk &= std::isnan(gx[r * stride + i]) && std::isnan(go[r * stride + i]);
     }
-    const std::string tag = std::string(m.name) + " n" + std::to_string(n) + " b" + std::to_string(rows);
+    const std::string tag = producer.tag() + m.name + " n" + std::to_string(n) + " b" + std::to_string(rows);
     report.add("residual " + tag, compare(gotX.data(), refX.data(), gotX.size()), 3e-6, 1e-5);
     if (m.outNorm) report.add("out      " + tag, compare(gotO.data(), refO.data(), gotO.size()), 3e-6, 1e-5);
     if (!m.outNorm) {
@@ -108,8 +112,15 @@ int main() {
     // 1001 (n % 4 != 0) and 17000 (> 16384) take the looped path, the rest the register path
     // with 1, 2 and 4 float4 pieces per thread.
     const std::int64_t sizes[] = {100, 1001, 1536, 2560, 3840, 5376, 12288, 17000};
+    Producer ordinary(false);
     for (const auto& m : modes)
         for (std::int64_t n : sizes)
-            for (int rows : {1, 3}) runCase(m, n, rows, rng, report);
+            for (int rows : {1, 3}) runCase(m, n, rows, rng, report, ordinary);
+    // Programmatic launch, 10 rounds: register path with 1 and 3 pieces per thread, looped path.
+    const std::int64_t pdlSizes[] = {3840, 12288, 1001};
+    for (int round = 0; round < 10; ++round) {
+        Producer producer(true);
+        runCase(modes[3], pdlSizes[round % 3], 1 + 2 * (round & 1), rng, report, producer);
+    }
     return report.finish();
 }
