@@ -26,8 +26,9 @@
 // pace). The tensor-core kernel keeps the PRMT nibble decode (now to fp16 pairs, no fp32
 // conversion) and replaces 8 FMAs + 4 conversions per 8 weights with one mma.sync.m16n8k16:
 //   A (16×16, fp16) = 16 weight rows × 16 inputs, decoded straight into A fragments;
-//   B (16×8, fp16)  = x, the same vector in all 8 columns (so every column of C is the dot);
-//   C (16×8, fp32)  = one group's partial sums, then × the group scale into fp32 accumulators.
+//   B (16×8, fp16)  = x: column 0 its hi half, column 1 its lo half (the other columns unused);
+//   C (16×8, fp32)  = one group's partial dots (column 0 hi, column 1 lo), summed and × the group
+//                     scale into fp32 accumulators.
 // Lane (g = lane/4, q = lane%4) owns rows g and g+8 of the block's 16-row tile and, in each
 // 128-input group, the 16 code bytes [16q, 16q+16) of both rows: four 32-bit words of 8 nibbles,
 // each word one mma (nibbles 0,1 → k-slots 2q,2q+1; nibbles 2,3 → 2q+8,2q+9; 4..7 likewise in a
@@ -35,7 +36,8 @@
 // so the dot product is unchanged. x is staged once per block in shared memory as fp16 hi + lo
 // (x·2^-8 = hi + lo; the 2^-8 keeps values up to 1.6e7 inside fp16, and hi + lo carries ~22
 // significant bits) in the order the lanes read it, so each lane's B fragment is one conflict-
-// free 16-byte load; the result is (C_hi + C_lo) × scale × 2^8. E2M1 values are exact in fp16,
+// free 16-byte load; the result is (C_hi + C_lo) × scale × 2^8, both from one mma (hi and lo
+// in two columns of B, so the lo half costs no tensor-core work; measured below). E2M1 values are exact in fp16,
 // fp16 products are exact in the fp32 accumulator.
 // The block's 8 warps split the groups of the row (warp w takes groups w, w+8, ...) and reduce
 // through shared memory, so even a 512-row weight spreads over 32 blocks × 8 warps; q, k and v
@@ -322,23 +324,27 @@ struct GroupLoad {
     std::uint32_t scales;  // row g's bf16 scale in the low half, row g+8's in the high half
 };
 
+// codesA/codesB already include the lane's offset inside a group's 64-byte slice.
 __device__ __forceinline__ void loadGroupRows(const std::uint8_t* codesA, const std::uint8_t* codesB,
                                           const std::uint16_t* scalesA, const std::uint16_t* scalesB,
-                                          int group, int q, GroupLoad& g) {
-    const std::int64_t byte = static_cast<std::int64_t>(group) * 64 + q * 16;
+                                          int group, GroupLoad& g) {
+    const std::int64_t byte = static_cast<std::int64_t>(group) * 64;
     g.rowA = ldgStream16(codesA + byte);
     g.rowB = ldgStream16(codesB + byte);
     g.scales = static_cast<std::uint32_t>(__ldg(scalesA + group)) | (static_cast<std::uint32_t>(__ldg(scalesB + group)) << 16);
 }
 
-// Σ over one group for rows g (accA) and g+8 (accB): 4 words per row, 2 mmas per word pair
-// (4 with the lo half of x). xs: this group's 16 pieces of 8 fp16 (hi), xsLo the lo pieces.
-// Four independent accumulator chains (word parity × hi/lo) instead of one: a dependent
-// mma.sync waits for its predecessor (tens of cycles), and 16 in a row per group set the pace.
+// Σ over one group for rows g (accA) and g+8 (accB): 4 words per row, 2 mmas per word.
+// x rides in the columns of B: with SPLIT, column 0 holds the hi half of x and column 1 the lo
+// half (lanes g = 0 read xsHi, every other lane xsLo; columns 2..7 then hold copies of lo whose
+// products land in C columns nobody reads), so one mma yields both partial dots and the lo half
+// costs no extra mma. C element 0 of a lane with q = 0 is (row g, column 0), element 1 (row g,
+// column 1), elements 2 and 3 the same for row g+8; lanes with q != 0 hold unused columns.
+// Without SPLIT every lane reads xsHi and column 0 alone is used.
+// Two accumulator chains (word parity): a dependent mma.sync waits for its predecessor.
 template <bool SPLIT>
-__device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xsHi, const uint4* xsLo, int q,
-                                         float& accA, float& accB) {
-    float c[2][2][4] = {};
+__device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xs, int q, float& accA, float& accB) {
+    float c[2][4] = {};
     const std::uint32_t wordsA[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w};
     const std::uint32_t wordsB[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
 #pragma unroll
@@ -347,20 +353,18 @@ __device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xsHi, 
         decodeHalfPairs(wordsA[j], ha);
         decodeHalfPairs(wordsB[j], hb);
         // Piece j*4 + q of the group holds the 8 x values of word j of lane-quarter q.
-        const uint4 xh = xsHi[j * 4 + q];
+        const uint4 xv = xs[j * 4 + q];
         const std::uint32_t first[4] = {ha[0], hb[0], ha[1], hb[1]};
         const std::uint32_t second[4] = {ha[2], hb[2], ha[3], hb[3]};
-        mma16816(c[j & 1][0], first, xh.x, xh.y);
-        mma16816(c[j & 1][0], second, xh.z, xh.w);
-        if constexpr (SPLIT) {
-            const uint4 xl = xsLo[j * 4 + q];
-            mma16816(c[j & 1][1], first, xl.x, xl.y);
-            mma16816(c[j & 1][1], second, xl.z, xl.w);
-        }
+        mma16816(c[j & 1], first, xv.x, xv.y);
+        mma16816(c[j & 1], second, xv.z, xv.w);
     }
-    // Every column of C holds the same dot; element 0 is row g, element 2 row g+8.
-    const float sumA = (c[0][0][0] + c[1][0][0]) + (c[0][1][0] + c[1][1][0]);
-    const float sumB = (c[0][0][2] + c[1][0][2]) + (c[0][1][2] + c[1][1][2]);
+    float sumA = c[0][0] + c[1][0];
+    float sumB = c[0][2] + c[1][2];
+    if constexpr (SPLIT) {
+        sumA += c[0][1] + c[1][1];
+        sumB += c[0][3] + c[1][3];
+    }
     accA = fmaf(sumA, __uint_as_float(g.scales << 16), accA);
     accB = fmaf(sumB, __uint_as_float(g.scales & 0xFFFF0000u), accB);
 }
@@ -430,15 +434,16 @@ __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
     return seg;
 }
 
-__device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int g, int groups) {
+// The code pointers include the lane's offset inside a group's 64-byte slice (q·16).
+__device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int g, int q, int groups) {
     const MmaSegment& S = args.segment[segmentOf(args, tile)];
     const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
     const std::int64_t rowA = min(row0 + g, S.out - 1);
     const std::int64_t rowB = min(row0 + g + 8, S.out - 1);
     const std::int64_t rowBytes = static_cast<std::int64_t>(groups) * 64;
     TileRows t;
-    t.codesA = S.codes + rowA * rowBytes;
-    t.codesB = S.codes + rowB * rowBytes;
+    t.codesA = S.codes + rowA * rowBytes + q * 16;
+    t.codesB = S.codes + rowB * rowBytes + q * 16;
     t.scalesA = S.scales + rowA * groups;
     t.scalesB = S.scales + rowB * groups;
     return t;
@@ -467,22 +472,22 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // Load iterator: the next item to fetch (tile index among mine, group index among mine).
     int loadTile = 0, loadGroup = 0;
     TileRows loadRows{};
-    if (items > 0) loadRows = tileRows(args, blockIdx.x, g, groups);
+    if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
     GroupLoad slot[D];
     GroupLoad slotUp[GEGLU ? D : 1];
     auto fetch = [&](GroupLoad& dst, GroupLoad& dstUp) {
         const int G = warp + loadGroup * kMmaWarps;
-        loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, q, dst);
+        loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, dst);
         if constexpr (GEGLU) {
             const std::ptrdiff_t codeDelta = args.segment[0].upCodes - args.segment[0].codes;
             const std::ptrdiff_t scaleDelta = args.segment[0].upScales - args.segment[0].scales;
             loadGroupRows(loadRows.codesA + codeDelta, loadRows.codesB + codeDelta, loadRows.scalesA + scaleDelta,
-                          loadRows.scalesB + scaleDelta, G, q, dstUp);
+                          loadRows.scalesB + scaleDelta, G, dstUp);
         }
         if (++loadGroup == myGroups) {
             loadGroup = 0;
             if (++loadTile < myTiles)
-                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, groups);
+                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, q, groups);
         }
     };
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
@@ -498,6 +503,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     uint4* xsLo = xsHi + groups * 16;
     stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     __syncthreads();
+    // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
+    const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
 
     float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
     int computeTile = 0, computeGroup = 0;
@@ -538,8 +545,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         for (int u = 0; u < D; ++u) {
             if (k0 + u >= items) break;
             const int G = warp + computeGroup * kMmaWarps;
-            groupDot<SPLIT>(slot[u], xsHi + G * 16, xsLo + G * 16, q, accA, accB);
-            if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u], xsHi + G * 16, xsLo + G * 16, q, upAccA, upAccB);
+            groupDot<SPLIT>(slot[u], xsLane + G * 16, q, accA, accB);
+            if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u], xsLane + G * 16, q, upAccA, upAccB);
             if (k0 + u + D < items) fetch(slot[u], slotUp[u]);
             if (++computeGroup == myGroups) {
                 computeGroup = 0;
@@ -647,8 +654,11 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 template <bool GEGLU, bool SPLIT, int D>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
-    // Raise the dynamic shared-memory limit once per instantiation to the largest size seen.
-    static thread_local std::size_t raised = 48 * 1024;
+    // Raise the dynamic shared-memory limit per instantiation to the largest size seen, from the
+    // first launch on: the kernel's static `partial` array counts against the default 48 KB too,
+    // so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide down_proj failed
+    // to launch when no larger shape had raised the limit before it).
+    static thread_local std::size_t raised = 0;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(fp4MatvecMmaKernel<GEGLU, SPLIT, D>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -664,21 +674,8 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
-    if (programmatic && facts.computeMajor >= 9) {
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(static_cast<unsigned>(blocks));
-        config.blockDim = dim3(kMmaThreads);
-        config.dynamicSmemBytes = smem;
-        config.stream = stream;
-        cudaLaunchAttribute attribute{};
-        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attribute.val.programmaticStreamSerializationAllowed = 1;
-        config.attrs = &attribute;
-        config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, fp4MatvecMmaKernel<GEGLU, SPLIT, D>, args, tiles);
-    }
-    fp4MatvecMmaKernel<GEGLU, SPLIT, D><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(args, tiles);
-    return cudaGetLastError();
+    return launchKernel(fp4MatvecMmaKernel<GEGLU, SPLIT, D>, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem,
+                        stream, programmatic, args, tiles);
 }
 
 // Batch 1 on tensor cores: every segment's tiles in one grid.
@@ -704,14 +701,10 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     const bool split = !p.singleHalfX;
     const std::size_t smem = static_cast<std::size_t>(groups) * 16 * 16 * (split ? 2 : 1);
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
-    cudaError_t err;
-    if constexpr (GEGLU) {
-        err = split ? launchMmaTyped<true, true, 2>(args, tiles, smem, facts, p.programmaticLaunch, stream)
-                    : launchMmaTyped<true, false, 2>(args, tiles, smem, facts, p.programmaticLaunch, stream);
-    } else {
-        err = split ? launchMmaTyped<false, true, 4>(args, tiles, smem, facts, p.programmaticLaunch, stream)
-                    : launchMmaTyped<false, false, 4>(args, tiles, smem, facts, p.programmaticLaunch, stream);
-    }
+    const bool pdl = p.programmaticLaunch;
+    constexpr int kSlots = GEGLU ? 2 : 4;  // loads in flight per warp, within 128 registers
+    const cudaError_t err = split ? launchMmaTyped<GEGLU, true, kSlots>(args, tiles, smem, facts, pdl, stream)
+                                  : launchMmaTyped<GEGLU, false, kSlots>(args, tiles, smem, facts, pdl, stream);
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 

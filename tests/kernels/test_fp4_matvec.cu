@@ -91,6 +91,31 @@ double referenceDot(const std::vector<float>& deq, std::int64_t in, std::int64_t
     return acc;
 }
 
+// Σ_i |W[r][i]·x[i]|: the scale of the rounding errors of a dot, whatever cancellation makes of
+// the dot itself.
+double referenceAbsDot(const std::vector<float>& deq, std::int64_t in, std::int64_t r, const float* x) {
+    double acc = 0;
+    const float* w = &deq[r * in];
+    for (std::int64_t i = 0; i < in; ++i) acc += std::fabs(static_cast<double>(w[i]) * static_cast<double>(x[i]));
+    return acc;
+}
+
+// Pass when every |got - ref| <= tol · scale (scale from referenceAbsDot, per output). The
+// max|ref|-relative check of Report::add alone flakes on shapes with a handful of outputs: one
+// 64-term dot that happens to land near zero is all of max|ref|.
+void addBoundCheck(Report& report, const std::string& name, const std::vector<float>& got, const std::vector<double>& ref,
+                   const std::vector<double>& scale, double tol) {
+    double worst = 0;
+    bool finite = true;
+    for (std::size_t k = 0; k < got.size(); ++k) {
+        finite &= std::isfinite(got[k]);
+        worst = std::max(worst, std::fabs(got[k] - ref[k]) / (tol * scale[k] + 1e-30));
+    }
+    char note[64];
+    std::snprintf(note, sizeof note, "worst |err| / (%.0e Σ|w·x|) = %.3f", tol, worst);
+    report.addCheck(name + " per-output bound", finite && worst <= 1.0, note);
+}
+
 double geluTanhRef(double v) {
     return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
 }
@@ -127,9 +152,9 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.forceGlobalX = forceGlobalX;
     p.forceCudaCores = forceGlobalX || path == Path::CudaCores;
     p.singleHalfX = path == Path::SingleHalf;
-    // One fp16 for x: ~2^-12 relative per input, so ~1e-3 of max|ref| on a dot; hi + lo and the
-    // fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over 21504 inputs).
-    const double tol = path == Path::SingleHalf ? 3e-3 : 1e-4;
+    // hi + lo and the fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over
+    // 21504 inputs). One fp16 for x is checked below against its own error bound instead.
+    const double tol = path == Path::SingleHalf ? 1.0 : 1e-4;
     dy.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
@@ -137,11 +162,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
-    std::vector<double> ref;
+    std::vector<double> ref, scale;
     for (int r = 0; r < rows; ++r)
         for (std::int64_t o = 0; o < s.out; ++o) {
             got.push_back(y[r * yStride + o]);
             ref.push_back(referenceDot(deq, s.in, o, x.data() + r * xStride));
+            scale.push_back(referenceAbsDot(deq, s.in, o, x.data() + r * xStride));
         }
     bool gapsIntact = true;
     for (int r = 0; r < rows; ++r)
@@ -150,8 +176,32 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                             (rows > 1 ? " b" + std::to_string(rows) : "") +
                             (forceGlobalX ? " xglobal" : "") +
                             (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x" : "");
-    report.add("matvec " + tag, compare(got.data(), ref.data(), got.size()), tol, tol,
-               gapsIntact ? "" : "(wrote past out!)");
+    // Near-fp32 paths: 1e-4 of max|ref| over >= 64 outputs, and 1e-5·Σ|w·x| per output always.
+    const bool manyOutputs = rows * s.out >= 64;
+    if (path != Path::SingleHalf && manyOutputs)
+        report.add("matvec " + tag, compare(got.data(), ref.data(), got.size()), tol, tol, gapsIntact ? "" : "(wrote past out!)");
+    if (path != Path::SingleHalf) addBoundCheck(report, "matvec " + tag, got, ref, scale, 1e-5);
+    if (path == Path::SingleHalf) {
+        // One fp16 of x·2^-8 carries a relative error <= 2^-11 (2^-25 absolute below fp16's normal
+        // range), so |y - ref| <= 2^-11 · Σ|w·x| + 2^-17 · Σ|w| per output, whatever cancellation
+        // makes of ref itself (a 64-term dot that happens to be near zero must not fail the run);
+        // checked with a factor 2 of slack for the fp32 accumulation.
+        double worst = 0;
+        for (int r = 0; r < rows; ++r)
+            for (std::int64_t o = 0; o < s.out; ++o) {
+                double sumAbs = 0, sumW = 0;
+                for (std::int64_t i = 0; i < s.in; ++i) {
+                    sumAbs += std::fabs(static_cast<double>(deq[o * s.in + i]) * x[r * xStride + i]);
+                    sumW += std::fabs(static_cast<double>(deq[o * s.in + i]));
+                }
+                const double bound = 2.0 * (0x1p-11 * sumAbs + 0x1p-17 * sumW) + 1e-30;
+                const std::size_t k = static_cast<std::size_t>(r * s.out + o);
+                worst = std::max(worst, std::fabs(got[k] - ref[k]) / bound);
+            }
+        char note[64];
+        std::snprintf(note, sizeof note, "worst |err| / bound = %.3f", worst);
+        report.addCheck("matvec " + tag + " within the one-fp16 bound", worst <= 1.0, note);
+    }
     if (!gapsIntact) report.addCheck("matvec " + tag + " no stray writes", false, "");
 
     // Parity oracle: cuBLASLt fp32 over the dequantized weights.
@@ -172,7 +222,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yl = dLt.download();
         std::vector<double> yld(yl.begin(), yl.end());
-        report.add("  vs cuBLASLt " + tag, compare(got.data(), yld.data(), got.size()), tol, tol);
+        // Same statistics as above (max|ref|-relative, so only over >= 64 outputs).
+        if (manyOutputs) {
+            const double ltTol = path == Path::SingleHalf ? 3e-3 : tol;
+            report.add("  vs cuBLASLt " + tag, compare(got.data(), yld.data(), got.size()), ltTol, ltTol);
+        }
     }
 
     if (s.geglu) {
@@ -187,15 +241,23 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
         std::vector<float> gotg;
-        std::vector<double> refg;
+        std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
             for (std::int64_t o = 0; o < s.out; ++o) {
                 gotg.push_back(yg[r * yStride + o]);
                 const double gate = referenceDot(deq, s.in, o, x.data() + r * xStride);
                 const double u = referenceDot(deqUp, s.in, o, x.data() + r * xStride);
                 refg.push_back(geluTanhRef(gate) * u);
+                // First-order error of gelu(g)·u: |gelu'(g)| <= 1.13 times the gate's error scale
+                // times |u|, plus |gelu(g)| times the up projection's.
+                scaleg.push_back(1.2 * referenceAbsDot(deq, s.in, o, x.data() + r * xStride) * std::fabs(u) +
+                                 std::fabs(geluTanhRef(gate)) * referenceAbsDot(deqUp, s.in, o, x.data() + r * xStride));
             }
-        report.add("geglu  " + tag, compare(gotg.data(), refg.data(), gotg.size()), tol, tol);
+        if (path != Path::SingleHalf) addBoundCheck(report, "geglu  " + tag, gotg, refg, scaleg, 1e-5);
+        // One fp16 x: 3e-3 of max|ref| over at least 64 outputs (one near-zero output alone could
+        // be dominated by cancellation; the plain matvec above carries the exact bound).
+        if (path != Path::SingleHalf && manyOutputs) report.add("geglu  " + tag, compare(gotg.data(), refg.data(), gotg.size()), tol, tol);
+        else if (path == Path::SingleHalf && manyOutputs) report.add("geglu  " + tag, compare(gotg.data(), refg.data(), gotg.size()), 3e-3, 3e-3);
 
         if (timing && rows == 1) {
             const double bytes = 2.0 * static_cast<double>(w.codes.size() + 2 * w.scales.size());
@@ -229,7 +291,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             };
             const double us = timeGeglu(false, false);
             const double half1 = timeGeglu(false, true), cores = timeGeglu(true, false);
-            char line[256];
+            char line[320];
             std::snprintf(line, sizeof line,
                           "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s | one-fp16-x %6.1f | cuda-cores %6.1f GB/s",
                           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
@@ -270,15 +332,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         const double us = timeVariant(false, 0, false, false);
         const double half1 = timeVariant(false, 0, false, true);
         const double c0 = timeVariant(true, 0, false, false);
-        const double r1 = timeVariant(true, 1, false, false), r2 = timeVariant(true, 2, false, false),
-                     r4 = timeVariant(true, 4, false, false);
         char line[320];
         std::snprintf(line, sizeof line,
-                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | one-fp16-x %6.1f | cuda-cores %6.1f "
-                      "(R1 %6.1f R2 %6.1f R4 %6.1f) GB/s",
+                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | one-fp16-x %6.1f | "
+                      "cuda-cores %6.1f GB/s",
                       s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), us,
-                      bytes / us * 1e-3, bytes / half1 * 1e-3, bytes / c0 * 1e-3, bytes / r1 * 1e-3,
-                      bytes / r2 * 1e-3, bytes / r4 * 1e-3);
+                      bytes / us * 1e-3, bytes / half1 * 1e-3, bytes / c0 * 1e-3);
         perfLines.push_back(line);
     }
 }
@@ -415,6 +474,12 @@ int main() {
     const bool quick = quickMode();
     Report report("fp4_matvec");
 
+    // First launch of the process: x of exactly 48 KB (12288 inputs as fp16 hi + lo) plus the
+    // kernel's static shared memory needs the raised limit before any larger shape raised it.
+    {
+        std::vector<std::string> none;
+        runShape({"e2b.down_wide first", 1536, 12288, false}, 1, rng, report, nullptr, false, none);
+    }
     // Launcher argument checks: a misaligned x and a bad stride are refused, not launched.
     {
         Fp4MatvecParams bad;
