@@ -248,16 +248,17 @@ TEST(Fp16, EncodesWithRoundToNearestEven) {
 // The prefill's FP16 weight multiplier puts 6·max|scale| in [2^14, 2^15), so every E2M1 × scale
 // product of that weight (down to 2^-28 of the largest) is an exact normal FP16 number.
 TEST(Fp16, WeightMultiplierKeepsProductsExact) {
-    for (float maxScale : {1e-4f, 3.7e-3f, 0.02f, 1.0f, 250.0f}) {
+    // Up to the largest finite bf16 (3.39e38): 6·max overflows a float past 5.7e37.
+    for (float maxScale : {1e-4f, 3.7e-3f, 0.02f, 1.0f, 250.0f, 1e38f, fmt::bf16ToFloat(0x7F7Fu)}) {
         const float m = fmt::fp16WeightMultiplier(maxScale);
         int exponent = 0;
         EXPECT_EQ(std::frexp(m, &exponent), 0.5f) << "a power of two";
-        const float largest = 6.0f * maxScale * m;
+        const float largest = 6.0f * (maxScale * m);
         EXPECT_GE(largest, 16384.0f);
         EXPECT_LT(largest, 32768.0f);
         const float scale = fmt::roundToBf16(maxScale * 0.37f);
         for (unsigned code = 0; code < 16; ++code) {
-            const float product = fmt::e2m1ToFloat(code) * scale * m;
+            const float product = fmt::e2m1ToFloat(code) * (scale * m);  // the kernels' order
             EXPECT_EQ(fmt::fp16ToFloat(fmt::floatToFp16(product)), product) << maxScale << " code " << code;
         }
     }

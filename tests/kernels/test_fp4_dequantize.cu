@@ -117,10 +117,24 @@ void runDequant(const DequantCase& c, std::mt19937_64& rng, Report& report) {
     const std::vector<std::uint16_t> got16 = dy.download();
     std::vector<std::uint16_t> want16(got16.size(), kPoison16);
     ref::dequantizeFp4ToFp16(w.codes.data(), w.scales.data(), c.out, c.in, want16.data(), ldOut, multiplier);
-    std::size_t mismatches16 = 0;
-    for (std::size_t i = 0; i < got16.size(); ++i) mismatches16 += got16[i] != want16[i];
-    report.addCheck("dequant fp16 bit-exact " + tag, mismatches16 == 0,
-                    std::to_string(mismatches16) + " of " + std::to_string(got16.size()) + " differ");
+    std::size_t mismatches16 = 0, firstBad = got16.size();
+    for (std::size_t i = 0; i < got16.size(); ++i)
+        if (got16[i] != want16[i]) {
+            ++mismatches16;
+            firstBad = std::min(firstBad, i);
+        }
+    std::string detail = std::to_string(mismatches16) + " of " + std::to_string(got16.size()) + " differ";
+    if (firstBad < got16.size()) {
+        // The first mismatch in full, to explain it: element, codes nibble, bf16 scale, multiplier.
+        const std::int64_t o = static_cast<std::int64_t>(firstBad) / ldOut, i = static_cast<std::int64_t>(firstBad) % ldOut;
+        const unsigned nibble = i < c.in ? (w.codes[o * w.rowBytes + i / 2] >> (4 * (i % 2))) & 0xFu : 99u;
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "; first at (%lld, %lld): gpu 0x%04x want 0x%04x nibble %u scale 0x%04x multiplier %a",
+                      static_cast<long long>(o), static_cast<long long>(i), got16[firstBad], want16[firstBad], nibble,
+                      i < c.in ? w.scales[o * w.groups + i / 128] : 0u, multiplier);
+        detail += buf;
+    }
+    report.addCheck("dequant fp16 bit-exact " + tag, mismatches16 == 0, detail);
     if (!c.wideScales) {
         std::size_t inexact = 0;
         for (std::int64_t o = 0; o < c.out; ++o)

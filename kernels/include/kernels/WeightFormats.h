@@ -120,11 +120,15 @@ GEMMA_HOST_DEVICE std::uint16_t floatToFp16(float value) {
 // The power of two the GPU prefill multiplies an FP4 weight's products by before storing them as
 // FP16 (Fp4Dequantize): the largest possible magnitude, 6 × maxAbsScale, lands in [2^14, 2^15),
 // so nothing overflows and every product within 2^28 of it stays a normal FP16 number, which
-// holds an E2M1 × bf16 product exactly. 1 for a zero or non-finite maximum.
+// holds an E2M1 × bf16 product exactly. 1 for a zero or non-finite maximum. Apply it to the scale
+// first (scale × multiplier, then × the E2M1 value): for scales past FLT_MAX / 6 the product the
+// other way round overflows.
 inline float fp16WeightMultiplier(float maxAbsScale) {
-    if (!(maxAbsScale > 0.0f) || maxAbsScale > 3.0e38f) return 1.0f;
+    if (!(maxAbsScale > 0.0f) || !std::isfinite(maxAbsScale)) return 1.0f;
     int exponent = 0;
-    (void)std::frexp(6.0f * maxAbsScale, &exponent);  // 6·max = m·2^exponent, m in [0.5, 1)
+    // 6·max = m·2^exponent, m in [0.5, 1), in double: 6·max overflows a float above 5.7e37, and
+    // frexp of infinity leaves the exponent unspecified (a 2^15 multiplier made 0 × inf = NaN).
+    (void)std::frexp(6.0 * static_cast<double>(maxAbsScale), &exponent);
     const int shift = 15 - exponent;
     return std::ldexp(1.0f, shift < -120 ? -120 : shift > 120 ? 120 : shift);
 }
