@@ -6,6 +6,9 @@
 #   GEMMA_BENCH_ARGS    passed to gemma-bench (default: all parts)
 #   GPU_KERNELS_QUICK_RUN=1   small harness fixtures only (GEMMA_FULL_HARNESSES still run in full)
 #   GEMMA_FULL_HARNESSES      harnesses also run with every fixture and timing afterwards
+#   GEMMA_BENCH_PRESETS       more presets benchmarked after 12b (e.g. "e2b e4b 31b"), each with
+#                             GEMMA_PRESET_ARGS (default: --skip depth,prefill --allocations 4096);
+#                             their markdown and JSON come back in presets.tar
 # Output under $OUT (at most 8 files come back): summary.txt first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +27,15 @@ done
 /tmp/gemma-build/app/cli/gemma-bench --preset 12b --json "$out/bench.json" --markdown "$out/bench.md" ${GEMMA_BENCH_ARGS:-} \
   > "$out/bench.log" 2>&1
 echo "gemma-bench: exit $?" >> "$out/check.txt"
+if [[ -n "${GEMMA_BENCH_PRESETS:-}" ]]; then
+  mkdir -p "$out/presets"
+  for preset in $GEMMA_BENCH_PRESETS; do
+    timeout 240 /tmp/gemma-build/app/cli/gemma-bench --preset "$preset" ${GEMMA_PRESET_ARGS:---skip depth,prefill --allocations 4096} \
+      --json "$out/presets/bench-$preset.json" --markdown "$out/presets/bench-$preset.md" > "$out/presets/bench-$preset.log" 2>&1
+    echo "gemma-bench --preset $preset: exit $?" >> "$out/check.txt"
+  done
+  tar -C "$out" -cf "$out/presets.tar" presets && rm -rf "$out/presets"
+fi
 {
   echo "== gpu_verify $(date -u '+%Y-%m-%d %H:%M UTC'), $(( $(date +%s) - start )) s"
   sed -n '/== summary ==/,$p' "$out/check.txt"
@@ -32,7 +44,7 @@ echo "gemma-bench: exit $?" >> "$out/check.txt"
   cat "$out/k/full.txt" 2>/dev/null
 } > "$out/summary.txt"
 # Keep what explains a failure; drop the rest (the device returns at most 8 files).
-grep -qE "FAIL|TIMEOUT" "$out/k/summary.txt" 2>/dev/null && cp "$out/k/sanitizer.log" "$out/kernels-sanitizer.log"
+grep -qE "FAIL|TIMEOUT|CHECK" "$out/k/summary.txt" 2>/dev/null && cp "$out/k/sanitizer.log" "$out/kernels-sanitizer.log"
 grep -q "FAIL" "$out/k/run.log" 2>/dev/null && cp "$out/k/run.log" "$out/kernels-run.log"
 grep -q "100% tests passed" "$out/ctest.log" 2>/dev/null && rm -f "$out/ctest.log"
 grep -q "0 failed lines" "$out/check.txt" && rm -f "$out/gpu_parity.log"
