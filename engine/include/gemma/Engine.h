@@ -122,8 +122,8 @@ struct OpenOptions {
     // CUDA: launch the decode step's kernels (FP4 matvecs, norms, q/k/v + RoPE, attention,
     // embedding gathers, PLE, lm_head) with programmatic dependent launch, so each one's launch and
     // prologue overlap the kernel before it (the matvecs also prefetch their weights). Applied on
-    // sm_90+ only (ignored below); the H200 decode step measured 8.7 % faster with the matvecs
-    // alone (docs/bench/2026-11-29-h200-12b-v3-pdl-matvec.md).
+    // sm_90+ only (ignored below); on the H200 the matvecs alone made the decode step 8.7 % faster
+    // (docs/PERFORMANCE.md, version 3).
     bool programmaticLaunch = true;
 };
 
