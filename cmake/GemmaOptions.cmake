@@ -15,8 +15,7 @@ if(GEMMA_ENABLE_CUDA)
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    # No CMAKE_CUDA_STANDARD: CMake 3.25 (Debian 12) cannot map CUDA20 onto nvcc 13, so the CUDA
-    # targets pass -std=c++20 themselves (kernels/cuda/CMakeLists.txt).
+    include(${CMAKE_CURRENT_LIST_DIR}/CudaCxx20.cmake)
     set(GEMMA_HAVE_CUDA ON)
   endif()
 endif()

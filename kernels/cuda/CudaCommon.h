@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "KernelStatus.h"
 
@@ -71,13 +72,9 @@ inline KernelStatus launchStatus(cudaError_t err) {
 //   covered because every kernel of the chain waits before it can finish. Otherwise (not asked,
 //   below sm_90): an ordinary launch.
 // - Returns the launch's error; the runtime's last-error slot is consumed as launchStatus() does.
-template <typename T>
-struct NonDeduced {  // std::type_identity (C++20; the in-project CUDA build compiles as C++17)
-    using type = T;
-};
 template <typename... Params>
 inline cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
-                                cudaStream_t stream, bool programmatic, typename NonDeduced<Params>::type... args) {
+                                cudaStream_t stream, bool programmatic, std::type_identity_t<Params>... args) {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
