@@ -455,7 +455,7 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
 // refilled at once with the item D ahead, across tile boundaries, so the memory pipe never drains
 // between tiles. At the end of each tile the warps' partial sums meet in shared memory (double
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
-template <bool GEGLU, bool SPLIT, int D>
+template <bool GEGLU, bool SPLIT, int D, int GPI>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
     __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
@@ -467,25 +467,32 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
     const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
     const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
-    const int items = myTiles * myGroups;
+    // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
+    const int myItems = (myGroups + GPI - 1) / GPI;
+    const int items = myTiles * myItems;
 
-    // Load iterator: the next item to fetch (tile index among mine, group index among mine).
-    int loadTile = 0, loadGroup = 0;
+    // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
+    int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
     if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
-    GroupLoad slot[D];
-    GroupLoad slotUp[GEGLU ? D : 1];
-    auto fetch = [&](GroupLoad& dst, GroupLoad& dstUp) {
-        const int G = warp + loadGroup * kMmaWarps;
-        loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, dst);
-        if constexpr (GEGLU) {
-            const std::ptrdiff_t codeDelta = args.segment[0].upCodes - args.segment[0].codes;
-            const std::ptrdiff_t scaleDelta = args.segment[0].upScales - args.segment[0].scales;
-            loadGroupRows(loadRows.codesA + codeDelta, loadRows.codesB + codeDelta, loadRows.scalesA + scaleDelta,
-                          loadRows.scalesB + scaleDelta, G, dstUp);
+    GroupLoad slot[D][GPI];
+    GroupLoad slotUp[GEGLU ? D : 1][GPI];
+    auto fetch = [&](GroupLoad (&dst)[GPI], GroupLoad (&dstUp)[GPI]) {
+#pragma unroll
+        for (int s = 0; s < GPI; ++s) {
+            const int local = loadItem * GPI + s;
+            if (GPI > 1 && local >= myGroups) break;  // a partial last item: its slot is not read
+            const int G = warp + local * kMmaWarps;
+            loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, dst[s]);
+            if constexpr (GEGLU) {
+                const std::ptrdiff_t codeDelta = args.segment[0].upCodes - args.segment[0].codes;
+                const std::ptrdiff_t scaleDelta = args.segment[0].upScales - args.segment[0].scales;
+                loadGroupRows(loadRows.codesA + codeDelta, loadRows.codesB + codeDelta, loadRows.scalesA + scaleDelta,
+                              loadRows.scalesB + scaleDelta, G, dstUp[s]);
+            }
         }
-        if (++loadGroup == myGroups) {
-            loadGroup = 0;
+        if (++loadItem == myItems) {
+            loadItem = 0;
             if (++loadTile < myTiles)
                 loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, q, groups);
         }
@@ -507,7 +514,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
 
     float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
-    int computeTile = 0, computeGroup = 0;
+    int computeTile = 0, computeItem = 0;
     // Ends tile `computeTile` for this warp: partials to shared memory, one barrier, warp
     // (tile % 8) sums the 8 warps' partials and stores the 16 outputs.
     auto flush = [&](int mine) {
@@ -544,12 +551,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             if (k0 + u >= items) break;
-            const int G = warp + computeGroup * kMmaWarps;
-            groupDot<SPLIT>(slot[u], xsLane + G * 16, q, accA, accB);
-            if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u], xsLane + G * 16, q, upAccA, upAccB);
+#pragma unroll
+            for (int s = 0; s < GPI; ++s) {
+                const int local = computeItem * GPI + s;
+                if (GPI > 1 && local >= myGroups) break;
+                const int G = warp + local * kMmaWarps;
+                groupDot<SPLIT>(slot[u][s], xsLane + G * 16, q, accA, accB);
+                if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
+            }
             if (k0 + u + D < items) fetch(slot[u], slotUp[u]);
-            if (++computeGroup == myGroups) {
-                computeGroup = 0;
+            if (++computeItem == myItems) {
+                computeItem = 0;
                 flush(computeTile++);
             }
         }
@@ -651,7 +663,7 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
-template <bool GEGLU, bool SPLIT, int D>
+template <bool GEGLU, bool SPLIT, int D, int GPI>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     // Raise the dynamic shared-memory limit per instantiation to the largest size seen, from the
@@ -660,7 +672,7 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     // to launch when no larger shape had raised the limit before it).
     static thread_local std::size_t raised = 0;
     if (smem > raised) {
-        const cudaError_t err = cudaFuncSetAttribute(fp4MatvecMmaKernel<GEGLU, SPLIT, D>,
+        const cudaError_t err = cudaFuncSetAttribute(fp4MatvecMmaKernel<GEGLU, SPLIT, D, GPI>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -674,7 +686,7 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
-    return launchKernel(fp4MatvecMmaKernel<GEGLU, SPLIT, D>, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem,
+    return launchKernel(fp4MatvecMmaKernel<GEGLU, SPLIT, D, GPI>, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem,
                         stream, programmatic, args, tiles);
 }
 
@@ -703,8 +715,17 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
     const bool pdl = p.programmaticLaunch;
     constexpr int kSlots = GEGLU ? 2 : 4;  // loads in flight per warp, within 128 registers
-    const cudaError_t err = split ? launchMmaTyped<GEGLU, true, kSlots>(args, tiles, smem, facts, pdl, stream)
-                                  : launchMmaTyped<GEGLU, false, kSlots>(args, tiles, smem, facts, pdl, stream);
+    cudaError_t err = cudaErrorNotReady;
+    if constexpr (!GEGLU) {
+        // Experiment (not the default until measured): 2 groups per item, 2 items in flight, the
+        // same 4 groups' loads in registers with half the per-item bookkeeping.
+        if (p.twoGroupItems)
+            err = split ? launchMmaTyped<GEGLU, true, 2, 2>(args, tiles, smem, facts, pdl, stream)
+                        : launchMmaTyped<GEGLU, false, 2, 2>(args, tiles, smem, facts, pdl, stream);
+    }
+    if (err == cudaErrorNotReady)
+        err = split ? launchMmaTyped<GEGLU, true, kSlots, 1>(args, tiles, smem, facts, pdl, stream)
+                    : launchMmaTyped<GEGLU, false, kSlots, 1>(args, tiles, smem, facts, pdl, stream);
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 

@@ -46,6 +46,10 @@ struct Fp4MatvecParams {
     // ~2^-12 relative error on x instead of ~2^-22; experiments only).
     bool forceCudaCores = false;
     bool singleHalfX = false;
+    // Tensor-core path, plain matvec only: each warp's item is two groups instead of one, so the
+    // per-item bookkeeping (addresses, tile checks) is paid once per 2 KB. An experiment awaiting
+    // its GPU measurement (docs/PERFORMANCE.md, next levers); off by default.
+    bool twoGroupItems = false;
     // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
     // start while the previous kernel in the stream finishes; it prefetches its first weights and
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The

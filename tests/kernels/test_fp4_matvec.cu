@@ -121,7 +121,7 @@ double geluTanhRef(double v) {
 }
 
 
-enum class Path { Default, CudaCores, SingleHalf };
+enum class Path { Default, CudaCores, SingleHalf, TwoGroups };
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
               bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false,
@@ -152,6 +152,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.forceGlobalX = forceGlobalX;
     p.forceCudaCores = forceGlobalX || path == Path::CudaCores;
     p.singleHalfX = path == Path::SingleHalf;
+    p.twoGroupItems = path == Path::TwoGroups;
     // hi + lo and the fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over
     // 21504 inputs). One fp16 for x is checked below against its own error bound instead.
     const double tol = path == Path::SingleHalf ? 1.0 : 1e-4;
@@ -175,7 +176,8 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     const std::string tag = s.name + " " + std::to_string(s.out) + "x" + std::to_string(s.in) +
                             (rows > 1 ? " b" + std::to_string(rows) : "") +
                             (forceGlobalX ? " xglobal" : "") +
-                            (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x" : "");
+                            (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x"
+                             : path == Path::TwoGroups ? " two-group items" : "");
     // Near-fp32 paths: 1e-4 of max|ref| over >= 64 outputs, and 1e-5·Σ|w·x| per output always.
     const bool manyOutputs = rows * s.out >= 64;
     if (path != Path::SingleHalf && manyOutputs)
@@ -314,7 +316,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             HCHECK(cudaMemcpy(ss.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
         }
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
-        auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf) {
+        auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false) {
             return medianMicros(
                 [&](int i) {
                     Fp4MatvecParams t = p;
@@ -325,6 +327,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                     t.singleHalfX = singleHalf;
                     t.rowsPerWarp = rowsPerWarp;
                     t.forceGlobalX = globalX;
+                    t.twoGroupItems = twoGroups;
                     gemma::cuda::launchFp4Matvec(t, nullptr);
                 },
                 10, 30);
@@ -332,12 +335,13 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         const double us = timeVariant(false, 0, false, false);
         const double half1 = timeVariant(false, 0, false, true);
         const double c0 = timeVariant(true, 0, false, false);
+        const double two = timeVariant(false, 0, false, false, true);
         char line[320];
         std::snprintf(line, sizeof line,
-                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | one-fp16-x %6.1f | "
+                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | two-group items %6.1f | one-fp16-x %6.1f | "
                       "cuda-cores %6.1f GB/s",
                       s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), us,
-                      bytes / us * 1e-3, bytes / half1 * 1e-3, bytes / c0 * 1e-3);
+                      bytes / us * 1e-3, bytes / two * 1e-3, bytes / half1 * 1e-3, bytes / c0 * 1e-3);
         perfLines.push_back(line);
     }
 }
@@ -347,7 +351,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 // outputs, each checked against its own FP64 reference; the tiles of segment boundaries that are
 // not multiples of 16 rows check the segment lookup.
 void runFused(const std::string& name, std::int64_t in, const std::int64_t (&outs)[3], int rows,
-              std::mt19937_64& rng, Report& report) {
+              std::mt19937_64& rng, Report& report, bool twoGroups = false) {
     std::vector<Fp4Matrix> ws;
     std::vector<DeviceFp4> dws;
     for (std::int64_t o : outs) {
@@ -374,6 +378,7 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     p.yStride = yStride;
     p.rows = rows;
     p.extraCount = 2;
+    p.twoGroupItems = twoGroups;
     for (int k = 1; k < 3; ++k) p.extra[k - 1] = {dws[k].codes.ptr, dws[k].scales.ptr, outs[k], dys[k].ptr};
     for (auto& d : dys) d.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
@@ -391,7 +396,8 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
             }
             for (std::int64_t o = outs[k]; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
         }
-        const std::string tag = "fused " + name + " segment " + std::to_string(k) + (rows > 1 ? " b" + std::to_string(rows) : "");
+        const std::string tag = "fused " + name + " segment " + std::to_string(k) + (rows > 1 ? " b" + std::to_string(rows) : "") +
+                                (twoGroups ? " two-group items" : "");
         report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
         if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
     }
@@ -507,6 +513,7 @@ int main() {
         runShape(s, 1, rng, report, lt, false, perf);
         runShape(s, 1, rng, report, lt, false, perf, false, Path::CudaCores);
         runShape(s, 1, rng, report, lt, false, perf, false, Path::SingleHalf);
+        runShape(s, 1, rng, report, lt, false, perf, false, Path::TwoGroups);
         runShape(s, 3, rng, report, lt, false, perf);
         runShape(s, 1, rng, report, lt, false, perf, /*forceGlobalX=*/true);
         runShape(s, 2, rng, report, lt, false, perf, /*forceGlobalX=*/true);
@@ -515,12 +522,15 @@ int main() {
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report);
     runProgrammaticChain(rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report);
+    runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, /*twoGroups=*/true);
+    runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, /*twoGroups=*/true);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 2, rng, report);
     if (!quick) {
         runFused("12b full q/k", 3840, {8192, 512, 512}, 1, rng, report);
         for (const auto& s : presetShapes()) {
             runShape(s, 1, rng, report, lt, true, perf);
             runShape(s, 1, rng, report, lt, false, perf, false, Path::CudaCores);
+            runShape(s, 1, rng, report, lt, false, perf, false, Path::TwoGroups);
         }
         runShape({"12b.q_sliding", 4096, 3840, true}, 3, rng, report, lt, false, perf);
         runShape({"31b.down", 5376, 21504, false}, 4, rng, report, lt, false, perf);
