@@ -690,6 +690,14 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
                         stream, programmatic, args, tiles);
 }
 
+// x as hi + lo (split) or one fp16: the two instances of a variant.
+template <bool GEGLU, int D, int GPI>
+cudaError_t launchMmaVariant(bool split, const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
+                             bool programmatic, cudaStream_t stream) {
+    return split ? launchMmaTyped<GEGLU, true, D, GPI>(args, tiles, smem, facts, programmatic, stream)
+                 : launchMmaTyped<GEGLU, false, D, GPI>(args, tiles, smem, facts, programmatic, stream);
+}
+
 // Batch 1 on tensor cores: every segment's tiles in one grid.
 template <bool GEGLU>
 KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaStream_t stream) {
@@ -714,18 +722,13 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     const std::size_t smem = static_cast<std::size_t>(groups) * 16 * 16 * (split ? 2 : 1);
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
     const bool pdl = p.programmaticLaunch;
-    constexpr int kSlots = GEGLU ? 2 : 4;  // loads in flight per warp, within 128 registers
-    cudaError_t err = cudaErrorNotReady;
-    if constexpr (!GEGLU) {
-        // Experiment (not the default until measured): 2 groups per item, 2 items in flight, the
-        // same 4 groups' loads in registers with half the per-item bookkeeping.
-        if (p.twoGroupItems)
-            err = split ? launchMmaTyped<GEGLU, true, 2, 2>(args, tiles, smem, facts, pdl, stream)
-                        : launchMmaTyped<GEGLU, false, 2, 2>(args, tiles, smem, facts, pdl, stream);
-    }
-    if (err == cudaErrorNotReady)
-        err = split ? launchMmaTyped<GEGLU, true, kSlots, 1>(args, tiles, smem, facts, pdl, stream)
-                    : launchMmaTyped<GEGLU, false, kSlots, 1>(args, tiles, smem, facts, pdl, stream);
+    // D items in flight × GPI groups per item: the loads one warp holds in registers (within the
+    // 128 that two blocks per SM allow). Plain matvec: 4 × 1, or the two-group-item experiment
+    // 2 × 2 (not the default until measured); GeGLU (two weights per group): 2 × 1.
+    cudaError_t err;
+    if constexpr (GEGLU) err = launchMmaVariant<true, 2, 1>(split, args, tiles, smem, facts, pdl, stream);
+    else if (p.twoGroupItems) err = launchMmaVariant<false, 2, 2>(split, args, tiles, smem, facts, pdl, stream);
+    else err = launchMmaVariant<false, 4, 1>(split, args, tiles, smem, facts, pdl, stream);
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 
