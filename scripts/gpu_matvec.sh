@@ -3,6 +3,7 @@
 # tests/kernels project, sm_90), runs them, and profiles the FP4 matvec on the 12b shapes with
 # Nsight Compute (clocks untouched). Output: $OUT/matvec.txt.
 #   GEMMA_HARNESS   harnesses to build and run (default: test_fp4_matvec)
+#   GEMMA_PROFILE_SHAPES   preset shapes (name substring) Nsight Compute profiles (default 12b)
 #   GEMMA_REPEAT_QUICK=N   then run each harness N more times with small fixtures and fresh seeds,
 #                          keeping the failing checks and their seeds (flaky-check hunting)
 set -uo pipefail
@@ -32,7 +33,7 @@ for h in $harnesses; do
 done
 rm -f "$out/quick.log"
 if [[ "${GEMMA_PROFILE:-1}" == 1 ]]; then
-  GEMMA_SHAPES=12b timeout 240 ncu --clock-control none --kernel-name regex:fp4Matvec --launch-count 12 \
+  GEMMA_SHAPES=${GEMMA_PROFILE_SHAPES:-12b} timeout 240 ncu --clock-control none --kernel-name regex:fp4Matvec --launch-count 12 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,dram__bytes_read.sum" \
     "$build/test_fp4_matvec" > "$out/ncu-raw.txt" 2>&1

@@ -174,7 +174,7 @@ bool measureCeilings(Ceilings& ceilings, std::string& error) {
     return measureGemm(ceilings, error);
 }
 
-bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, KernelTiming& timing, std::string& error) {
+bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, KernelTiming& timing, std::string& error) {
     const std::size_t codeBytes = static_cast<std::size_t>(out) * formats::fp4RowBytes(in);
     const std::size_t scaleCount = static_cast<std::size_t>(out) * formats::fp4GroupsPerRow(in);
     const std::size_t perCopy = (codeBytes + scaleCount * 2) * (geglu ? 2 : 1);
@@ -222,6 +222,7 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, KernelTiming& 
             p.y = static_cast<float*>(y.p);
             p.yStride = out;
             p.rows = 1;
+            p.fp16X = !integerX;
             return (geglu ? cuda::launchFp4GegluMatvec(p, nullptr) : cuda::launchFp4Matvec(p, nullptr)) == cuda::KernelStatus::Ok;
         },
         5, 51, ms, error);

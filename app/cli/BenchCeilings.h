@@ -26,8 +26,9 @@ struct KernelTiming {
 
 // Every measurement runs after warm-up and reports the median of repeats (CUDA events).
 bool measureCeilings(Ceilings& ceilings, std::string& error);
-// FP4 matvec per distinct shape (gate/up fused where `geglu`), rotating weight copies past L2.
-bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, KernelTiming& timing, std::string& error);
+// FP4 matvec per distinct shape (gate/up fused where `geglu`), rotating weight copies past L2;
+// `integerX` as OpenOptions::integerMatvec (false: x as fp16 hi + lo).
+bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, KernelTiming& timing, std::string& error);
 // FP8 lm_head (vocab × hidden) with the softcap.
 bool timeLmHead(std::int64_t vocab, std::int64_t hidden, KernelTiming& timing, std::string& error);
 

@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
          {"no-gemm-prefill", false, "prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"no-pdl", false, "launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
          {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
+         {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     std::string error;
@@ -176,6 +177,7 @@ int main(int argc, char** argv) {
     options.cudaGraph = !cli.has("no-graph");
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     options.programmaticLaunch = !cli.has("no-pdl");
+    options.integerMatvec = !cli.has("fp16-matvec");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
     if (!engine) {
@@ -301,7 +303,7 @@ int main(int argc, char** argv) {
         }
         for (const auto& [name, out, in, geglu] : shapes) {
             gemma::bench::KernelTiming timing;
-            if (!gemma::bench::timeFp4Matvec(out, in, geglu, timing, error)) {
+            if (!gemma::bench::timeFp4Matvec(out, in, geglu, options.integerMatvec, timing, error)) {
                 std::cerr << "gemma-bench: " << error << "\n";
                 return 1;
             }

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
          {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
          {"no-gemm-prefill", false, "GPU: prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"no-pdl", false, "GPU: launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
+         {"fp16-matvec", false, "GPU: FP4 matvecs take x as fp16 hi + lo instead of integers (the earlier form)"},
          {"quiet", false, "do not print statistics to stderr"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     if (!cli.positional().empty()) return fail("unexpected argument '" + cli.positional().front() + "' (see --help)");
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
     else return fail("--kv-cache must be bf16 or f32, got '" + kvCache + "'");
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     if (cli.has("no-pdl")) options.programmaticLaunch = false;
+    if (cli.has("fp16-matvec")) options.integerMatvec = false;
 
     std::filesystem::path model = cli.value("model").value_or("");
     if (model.empty()) model = gemma::cli::defaultModelPath();

@@ -135,9 +135,9 @@ struct DeviceCache {
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph, int prefillGemmMinRows,
-                bool programmaticLaunch)
+                bool programmaticLaunch, bool integerMatvec)
         : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph),
-          gemmMinRows_(prefillGemmMinRows), programmaticLaunch_(programmaticLaunch) {}
+          gemmMinRows_(prefillGemmMinRows), programmaticLaunch_(programmaticLaunch), integerMatvec_(integerMatvec) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -208,6 +208,7 @@ public:
 
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
+               (integerMatvec_ ? "" : ", fp16-x matvec") +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")";
     }
     int contextAllocation() const override { return allocation_; }
@@ -561,6 +562,7 @@ private:
         p.yStride = yStride;
         p.rows = rows;
         p.programmaticLaunch = programmaticLaunch_;
+        p.fp16X = !integerMatvec_;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -914,6 +916,7 @@ private:
     bool graphWanted_ = false;
     int gemmMinRows_ = 0;
     bool programmaticLaunch_ = false;
+    bool integerMatvec_ = true;
     int chunkRows_ = kChunk;
     std::unique_ptr<CublasLt> blas_;
     std::string prefillStatus_;
@@ -934,7 +937,8 @@ Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const
                                                   const OpenOptions& options) {
     auto backend = std::make_unique<CudaBackend>(package, weights,
                                                  options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
-                                                 options.cudaGraph, options.prefillGemmMinRows, options.programmaticLaunch);
+                                                 options.cudaGraph, options.prefillGemmMinRows, options.programmaticLaunch,
+                                                 options.integerMatvec);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -39,6 +39,11 @@
 // free 16-byte load; the result is (C_hi + C_lo) × scale × 2^8, both from one mma (hi and lo
 // in two columns of B, so the lo half costs no tensor-core work; measured below). E2M1 values are exact in fp16,
 // fp16 products are exact in the fp32 accumulator.
+// That fp16 form is kept for comparisons (Fp4MatvecParams::fp16X); the default since version 4
+// of docs/PERFORMANCE.md feeds an int8 mma.sync.m16n8k32 instead: weights as int8 E2M1·2 from a
+// PRMT table (7 instructions per 8 weights instead of 13), x as the four bytes of a 31-bit
+// integer per element in four B columns, exact int32 sums per group (see "x as integers" below):
+// +15-25 % on the large shapes, +11 % on the 12b decode step (H200).
 // The block's 8 warps split the groups of the row (warp w takes groups w, w+8, ...) and reduce
 // through shared memory, so even a 512-row weight spreads over 32 blocks × 8 warps; q, k and v
 // of a layer run as one launch (Fp4MatvecParams::extra) so their tiles share one grid.
@@ -289,6 +294,9 @@ constexpr int kMmaTileRows = 16;             // weight rows per block
 constexpr float kXPrescale = 1.0f / 256.0f;  // x·2^-8 in fp16: |x| up to 1.6e7 stays finite
 constexpr float kXPostscale = 256.0f;
 
+// How x enters the mma: one fp16, fp16 hi + lo (two B columns), or int32 bytes (int8 mma).
+enum class XForm { Fp16Single, Fp16Split, Integer };
+
 // One weight (or, with GeGLU, the gate/up pair) and where its tiles start in the grid.
 struct MmaSegment {
     const std::uint8_t* codes;
@@ -417,6 +425,158 @@ __device__ __forceinline__ void stageX(const float* __restrict__ x, std::int64_t
     }
 }
 
+// ---- x as integers: the int8 tensor-core path (XForm::Integer) -------------------------------------
+// Each 128-input group G of x is scaled by 2^E_G (E_G from the group's max|x|, so that |X| < 2^31)
+// and rounded to the int32 X = rint(x·2^E_G): 31 bits relative to the group's largest entry (the
+// fp16 hi + lo split carries ~22 per element). X enters the mma as its four bytes, each a column
+// of B (u8): column 0 the top byte + 128 (byte 3 ^ 0x80), column 1 all ones, columns 2, 3, 4
+// bytes 2, 1, 0, columns 5..7 zero. The weights enter as int8 E2M1·2 (0, 1, 2, 3, 4, 6, 8, 12):
+// one PRMT per 4 nibbles looks them up in a table held in two registers; a nibble with its sign
+// bit set is a selector in sign-replicate mode, which yields 0x00 (every table byte is positive),
+// so prmt(table, w) gives the positive weights and zeros, and prmt(table, w ^ 0x8888) the
+// magnitudes of the negative ones. Two mma chains (positive and negative) give exact int32 sums;
+// per group, per row,
+//   Σ w·X = 2^24·(C0 − 128·C1) + 2^16·C2 + 2^8·C3 + C4     (C1 = Σ w removes the +128)
+// in exact integers until the group scale × 2^-E_G / 2 multiplies it in fp32. 7 integer
+// instructions decode 8 weights (the fp16 path: 13) and one mma covers 512 weights (fp16: 256).
+// The exponent per group (not per vector) keeps staging to one pass with no block-wide reduction.
+constexpr std::uint32_t kIntTableLo = 0x03020100u;  // E2M1·2 of magnitudes 0..3
+constexpr std::uint32_t kIntTableHi = 0x0C080604u;  // 4..7
+constexpr int kPlanes = 4;                          // B columns 0, 2, 3, 4 (bytes 3^0x80, 2, 1, 0)
+constexpr int kPlanePad = 16;                       // bytes after each plane: conflict-free B loads
+
+// Bytes of one x plane (inputs padded to whole groups, then the pad).
+__host__ __device__ constexpr std::int64_t planeBytes(std::int64_t groups) { return groups * 128 + kPlanePad; }
+// Shared memory of the integer x: the planes, then one float per group (2^-E_G / 2).
+__host__ __device__ constexpr std::int64_t integerXBytes(std::int64_t groups) { return kPlanes * planeBytes(groups) + groups * 4; }
+
+__device__ __forceinline__ void imma16832(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The B operand a lane supplies: its column n = g (the mma's B fragment column is the lane's
+// group id): a plane of x, all ones, or zeros; and the per-group factors of x.
+struct IntegerB {
+    const uint4* plane;  // this lane's plane at group 0, offset by q·32 bytes; null for constants
+    std::uint32_t constant;
+    const float* factor;  // [groups]: 2^-E_G / 2
+};
+
+// Σ over one group for rows g and g+8. The lane's 16 code bytes per row are 4 words; word j holds
+// inputs 32q + 8j + (0..7): nibbles 0..3 → k-slots 4q..4q+3, nibbles 4..7 → 16+4q..16+4q+3 of
+// mma j (the A fragment of m16n8k32), so the B fragment of mma j is 8 consecutive x bytes of the
+// lane's column at inputs 32q + 8j: the 32 bytes of a lane are two 16-byte loads.
+// acc[0], acc[2]: rows g, g+8 of the lane's first column (column 0 folded with the ones column
+// on q = 0 lanes); acc[1], acc[3]: its second column.
+__device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const IntegerB& b, int group, int fold,
+                                                float (&acc)[4]) {
+    uint4 x0, x1;
+    if (b.plane) {
+        x0 = b.plane[group * 8];
+        x1 = b.plane[group * 8 + 1];
+    } else {
+        x0 = x1 = make_uint4(b.constant, b.constant, b.constant, b.constant);
+    }
+    const std::uint32_t bx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const std::uint32_t wordsA[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w};
+    const std::uint32_t wordsB[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
+    // One chain per sign (four chains per group, by word parity, measured no faster).
+    int pos[4] = {0, 0, 0, 0}, neg[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const std::uint32_t a = wordsA[j], bw = wordsB[j];
+        const std::uint32_t ah = a >> 16, bh = bw >> 16;
+        const std::uint32_t p[4] = {prmt(kIntTableLo, kIntTableHi, a), prmt(kIntTableLo, kIntTableHi, bw),
+                                    prmt(kIntTableLo, kIntTableHi, ah), prmt(kIntTableLo, kIntTableHi, bh)};
+        const std::uint32_t n[4] = {prmt(kIntTableLo, kIntTableHi, a ^ 0x8888u), prmt(kIntTableLo, kIntTableHi, bw ^ 0x8888u),
+                                    prmt(kIntTableLo, kIntTableHi, ah ^ 0x8888u), prmt(kIntTableLo, kIntTableHi, bh ^ 0x8888u)};
+        imma16832(pos, p, bx[2 * j], bx[2 * j + 1]);
+        imma16832(neg, n, bx[2 * j], bx[2 * j + 1]);
+    }
+    const int c0 = pos[0] - neg[0], c1 = pos[1] - neg[1], c2 = pos[2] - neg[2], c3 = pos[3] - neg[3];
+    const float xFactor = b.factor[group];
+    const float scaleA = __uint_as_float(g.scales << 16) * xFactor;
+    const float scaleB = __uint_as_float(g.scales & 0xFFFF0000u) * xFactor;
+    acc[0] = fmaf(static_cast<float>(c0 - fold * c1), scaleA, acc[0]);
+    acc[1] = fmaf(static_cast<float>(c1), scaleA, acc[1]);
+    acc[2] = fmaf(static_cast<float>(c2 - fold * c3), scaleB, acc[2]);
+    acc[3] = fmaf(static_cast<float>(c3), scaleB, acc[3]);
+}
+
+// x[base .. base+3], zero past `in`.
+__device__ __forceinline__ float4 loadX4(const float* __restrict__ x, std::int64_t in, std::int64_t base) {
+    if (base + 4 <= in) return __ldg(reinterpret_cast<const float4*>(x + base));
+    float t[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? __ldg(x + base + e) : 0.0f;
+    return make_float4(t[0], t[1], t[2], t[3]);
+}
+__device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
+
+// x → the four byte planes and the group factors (see above), one pass: a thread converts a piece
+// of 16 inputs; the 8 pieces of a group sit in 8 consecutive lanes, which agree on the group's
+// exponent by three shuffles. A group holding a NaN or an infinity gets a NaN factor (y is NaN,
+// as on the fp16 paths).
+constexpr int kIntStagePieces = 2;  // 16-input pieces per thread per pass, loads issued first
+__device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
+                                              float* factors) {
+    const int pieces = groups * 8;
+    const std::int64_t stride = planeBytes(groups);
+    // Warp-uniform trip count: every lane takes part in the shuffles.
+    for (int base = 0; base < pieces; base += kMmaThreads * kIntStagePieces) {
+        float4 v[kIntStagePieces][4];
+#pragma unroll
+        for (int s = 0; s < kIntStagePieces; ++s) {
+            const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
+#pragma unroll
+            for (int f = 0; f < 4; ++f)
+                v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int s = 0; s < kIntStagePieces; ++s) {
+            const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
+            std::uint32_t maxBits = 0;
+#pragma unroll
+            for (int f = 0; f < 4; ++f)
+                maxBits = max(max(max(maxBits, absBits(v[s][f].x)), max(absBits(v[s][f].y), absBits(v[s][f].z))), absBits(v[s][f].w));
+            // An unsigned max of IEEE magnitude bits orders magnitudes, with inf and NaN above all.
+#pragma unroll
+            for (int m = 1; m < 8; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
+            if (c >= pieces) continue;
+            // max in [2^k, 2^(k+1)) → E = 30 - k keeps |X| < 2^31; E <= 125 keeps 2^E and 2^-E-1
+            // normal floats (a group whose max is below 2^-95 keeps fewer digits: far below any
+            // activation that matters next to the other groups).
+            const int k = static_cast<int>(maxBits >> 23) - 127;
+            const int e = min(30 - k, 125);
+            const float up = __uint_as_float(static_cast<std::uint32_t>(e + 127) << 23);
+            if ((c & 7) == 0)
+                factors[c >> 3] = maxBits >= 0x7F800000u ? __uint_as_float(0x7FC00000u)
+                                                         : __uint_as_float(static_cast<std::uint32_t>(127 - e - 1) << 23);
+            std::uint32_t word[kPlanes][4];
+#pragma unroll
+            for (int f = 0; f < 4; ++f) {
+                const std::uint32_t x0 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].x * up));
+                const std::uint32_t x1 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].y * up));
+                const std::uint32_t x2 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].z * up));
+                const std::uint32_t x3 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].w * up));
+                // 4×4 byte transpose: plane word p holds byte (3 - p) of x0..x3.
+                const std::uint32_t lo01 = prmt(x0, x1, 0x5140u), lo23 = prmt(x2, x3, 0x5140u);
+                const std::uint32_t hi01 = prmt(x0, x1, 0x7362u), hi23 = prmt(x2, x3, 0x7362u);
+                word[0][f] = prmt(hi01, hi23, 0x7632u) ^ 0x80808080u;  // byte 3, + 128 as u8
+                word[1][f] = prmt(hi01, hi23, 0x5410u);                // byte 2
+                word[2][f] = prmt(lo01, lo23, 0x7632u);                // byte 1
+                word[3][f] = prmt(lo01, lo23, 0x5410u);                // byte 0
+            }
+#pragma unroll
+            for (int p = 0; p < kPlanes; ++p)
+                *reinterpret_cast<uint4*>(planes + p * stride + static_cast<std::int64_t>(c) * 16) =
+                    make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
+        }
+    }
+}
+
 // The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
 // re-read the last row, a valid address, and are not stored).
 // GeGLU's up rows sit at a fixed distance from the gate rows (one segment), taken from the
@@ -455,8 +615,10 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
 // refilled at once with the item D ahead, across tile boundaries, so the memory pipe never drains
 // between tiles. At the end of each tile the warps' partial sums meet in shared memory (double
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
-template <bool GEGLU, bool SPLIT, int D, int GPI>
+template <bool GEGLU, XForm X, int D, int GPI>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
+    constexpr bool SPLIT = X == XForm::Fp16Split;
+    constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
     __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
     const int warp = threadIdx.x >> 5;
@@ -508,17 +670,52 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
     uint4* xsLo = xsHi + groups * 16;
-    stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
+    // Integer x carries its factors per group (applied in groupDotInteger); fp16 x is x·2^-8.
+    const float postscale = INTEGER ? 1.0f : kXPostscale;
+    std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
+    float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
+    if constexpr (INTEGER) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+    else stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     __syncthreads();
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
+    // Integer path: the lane's B column g (plane, ones or zeros), the ones-column fold of q = 0
+    // lanes, and the weights of the lane's two C columns (2q, 2q+1) in Σ w·X (see groupDotInteger).
+    IntegerB intB{nullptr, 0u, intFactors};
+    int fold = 0;
+    float weight0 = 0.0f, weight1 = 0.0f;
+    if constexpr (INTEGER) {
+        const int plane = g == 0 ? 0 : g - 1;  // columns 0, 2, 3, 4 → planes 0, 1, 2, 3
+        if (g == 0 || (g >= 2 && g <= 4))
+            intB.plane = reinterpret_cast<const uint4*>(intPlanes + plane * planeBytes(groups) + q * 32);
+        else
+            intB.constant = g == 1 ? 0x01010101u : 0u;
+        fold = q == 0 ? 128 : 0;
+        weight0 = q == 0 ? 16777216.0f : q == 1 ? 65536.0f : q == 2 ? 1.0f : 0.0f;
+        weight1 = q == 1 ? 256.0f : 0.0f;
+    }
 
     float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
+    float intAcc[4] = {0.f, 0.f, 0.f, 0.f}, intUpAcc[4] = {0.f, 0.f, 0.f, 0.f};
     int computeTile = 0, computeItem = 0;
     // Ends tile `computeTile` for this warp: partials to shared memory, one barrier, warp
     // (tile % 8) sums the 8 warps' partials and stores the 16 outputs.
     auto flush = [&](int mine) {
         const int buffer = mine & 1;
+        if constexpr (INTEGER) {
+            // The lane's columns weighted, then summed over the 4 lanes of a row (q = 0 .. 3).
+            auto rows = [&](float (&acc)[4], float& rowA, float& rowB) {
+                rowA = fmaf(acc[0], weight0, acc[1] * weight1);
+                rowB = fmaf(acc[2], weight0, acc[3] * weight1);
+                rowA += __shfl_xor_sync(0xffffffffu, rowA, 1);
+                rowB += __shfl_xor_sync(0xffffffffu, rowB, 1);
+                rowA += __shfl_xor_sync(0xffffffffu, rowA, 2);
+                rowB += __shfl_xor_sync(0xffffffffu, rowB, 2);
+                acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+            };
+            rows(intAcc, accA, accB);
+            if constexpr (GEGLU) rows(intUpAcc, upAccA, upAccB);
+        }
         if (q == 0) {
             partial[buffer][warp][0][g] = accA;
             partial[buffer][warp][0][g + 8] = accB;
@@ -540,8 +737,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                     sum += partial[buffer][w][0][lane];
                     if constexpr (GEGLU) upSum += partial[buffer][w][1][lane];
                 }
-                float v = sum * kXPostscale;
-                if constexpr (GEGLU) v = geluTanh(v) * (upSum * kXPostscale);
+                float v = sum * postscale;
+                if constexpr (GEGLU) v = geluTanh(v) * (upSum * postscale);
                 S.y[row] = v;
             }
         }
@@ -556,8 +753,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 const int local = computeItem * GPI + s;
                 if (GPI > 1 && local >= myGroups) break;
                 const int G = warp + local * kMmaWarps;
-                groupDot<SPLIT>(slot[u][s], xsLane + G * 16, q, accA, accB);
-                if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
+                if constexpr (INTEGER) {
+                    groupDotInteger(slot[u][s], intB, G, fold, intAcc);
+                    if constexpr (GEGLU) groupDotInteger(slotUp[u][s], intB, G, fold, intUpAcc);
+                } else {
+                    groupDot<SPLIT>(slot[u][s], xsLane + G * 16, q, accA, accB);
+                    if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
+                }
             }
             if (k0 + u + D < items) fetch(slot[u], slotUp[u]);
             if (++computeItem == myItems) {
@@ -663,7 +865,7 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
-template <bool GEGLU, bool SPLIT, int D, int GPI>
+template <bool GEGLU, XForm X, int D, int GPI>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     // Raise the dynamic shared-memory limit per instantiation to the largest size seen, from the
@@ -672,7 +874,7 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     // to launch when no larger shape had raised the limit before it).
     static thread_local std::size_t raised = 0;
     if (smem > raised) {
-        const cudaError_t err = cudaFuncSetAttribute(fp4MatvecMmaKernel<GEGLU, SPLIT, D, GPI>,
+        const cudaError_t err = cudaFuncSetAttribute(fp4MatvecMmaKernel<GEGLU, X, D, GPI>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -686,16 +888,16 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
-    return launchKernel(fp4MatvecMmaKernel<GEGLU, SPLIT, D, GPI>, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem,
+    return launchKernel(fp4MatvecMmaKernel<GEGLU, X, D, GPI>, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem,
                         stream, programmatic, args, tiles);
 }
 
-// x as hi + lo (split) or one fp16: the two instances of a variant.
+// x as fp16 hi + lo (split) or one fp16: the two fp16 instances of a variant.
 template <bool GEGLU, int D, int GPI>
-cudaError_t launchMmaVariant(bool split, const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
-                             bool programmatic, cudaStream_t stream) {
-    return split ? launchMmaTyped<GEGLU, true, D, GPI>(args, tiles, smem, facts, programmatic, stream)
-                 : launchMmaTyped<GEGLU, false, D, GPI>(args, tiles, smem, facts, programmatic, stream);
+cudaError_t launchFp16Variant(XForm form, const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
+                              bool programmatic, cudaStream_t stream) {
+    return form == XForm::Fp16Split ? launchMmaTyped<GEGLU, XForm::Fp16Split, D, GPI>(args, tiles, smem, facts, programmatic, stream)
+                                    : launchMmaTyped<GEGLU, XForm::Fp16Single, D, GPI>(args, tiles, smem, facts, programmatic, stream);
 }
 
 // Batch 1 on tensor cores: every segment's tiles in one grid.
@@ -718,17 +920,26 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
         tiles += static_cast<int>((seg.out + kMmaTileRows - 1) / kMmaTileRows);
     }
     const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
-    const bool split = !p.singleHalfX;
-    const std::size_t smem = static_cast<std::size_t>(groups) * 16 * 16 * (split ? 2 : 1);
+    const XForm form = p.singleHalfX ? XForm::Fp16Single : p.fp16X ? XForm::Fp16Split : XForm::Integer;
+    const std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
+                                                    : static_cast<std::size_t>(groups) * 16 * 16 * (form == XForm::Fp16Split ? 2 : 1);
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
     const bool pdl = p.programmaticLaunch;
     // D items in flight × GPI groups per item: the loads one warp holds in registers (within the
-    // 128 that two blocks per SM allow). Plain matvec: 4 × 1, or the two-group-item experiment
-    // 2 × 2 (not the default until measured); GeGLU (two weights per group): 2 × 1.
+    // 128 that two blocks per SM allow). Plain matvec 4 × 1 (or the two-group-item experiment
+    // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
+    // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    if constexpr (GEGLU) err = launchMmaVariant<true, 2, 1>(split, args, tiles, smem, facts, pdl, stream);
-    else if (p.twoGroupItems) err = launchMmaVariant<false, 2, 2>(split, args, tiles, smem, facts, pdl, stream);
-    else err = launchMmaVariant<false, 4, 1>(split, args, tiles, smem, facts, pdl, stream);
+    if (form == XForm::Integer) {
+        if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1>(args, tiles, smem, facts, pdl, stream);
+        else if (p.twoGroupItems) err = launchMmaTyped<false, XForm::Integer, 2, 2>(args, tiles, smem, facts, pdl, stream);
+        else err = launchMmaTyped<false, XForm::Integer, 4, 1>(args, tiles, smem, facts, pdl, stream);
+    } else if constexpr (GEGLU) {
+        err = launchFp16Variant<true, 2, 1>(form, args, tiles, smem, facts, pdl, stream);
+    } else {
+        err = p.twoGroupItems ? launchFp16Variant<false, 2, 2>(form, args, tiles, smem, facts, pdl, stream)
+                              : launchFp16Variant<false, 4, 1>(form, args, tiles, smem, facts, pdl, stream);
+    }
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 

@@ -42,13 +42,17 @@ struct Fp4MatvecParams {
     Extra extra[2];
     int extraCount = 0;
     // Batch 1 runs on tensor cores (see Fp4Matvec.cu) unless forced onto the fp32 CUDA-core
-    // kernel (tests, benchmarks). singleHalfX: round x to one fp16 instead of hi + lo (faster,
-    // ~2^-12 relative error on x instead of ~2^-22; experiments only).
+    // kernel (tests, benchmarks). There x enters the int8 mma as a 31-bit integer (its bytes in
+    // four B columns, exact int32 sums per group; 7 decode instructions per 8 weights), unless
+    // fp16X asks for the earlier form, x as fp16 hi + lo in an fp16 mma (13 per 8; comparisons),
+    // or singleHalfX for one fp16 (~2^-12 relative error on x; experiments only).
     bool forceCudaCores = false;
+    bool fp16X = false;
     bool singleHalfX = false;
     // Tensor-core path, plain matvec only: each warp's item is two groups instead of one, so the
-    // per-item bookkeeping (addresses, tile checks) is paid once per 2 KB. An experiment awaiting
-    // its GPU measurement (docs/PERFORMANCE.md, next levers); off by default.
+    // per-item bookkeeping (addresses, tile checks) is paid once per 2 KB. An experiment, off by
+    // default: measured on the H200, -15 % to +9 % per shape with fp16 x, -5 % to +12 % with
+    // integer x (docs/PERFORMANCE.md).
     bool twoGroupItems = false;
     // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
     // start while the previous kernel in the stream finishes; it prefetches its first weights and

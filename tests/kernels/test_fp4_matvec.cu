@@ -129,7 +129,7 @@ double geluTanhRef(double v) {
 }
 
 
-enum class Path { Default, CudaCores, SingleHalf, TwoGroups };
+enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split };
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
               bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false,
@@ -161,6 +161,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.forceCudaCores = forceGlobalX || path == Path::CudaCores;
     p.singleHalfX = path == Path::SingleHalf;
     p.twoGroupItems = path == Path::TwoGroups;
+    p.fp16X = path == Path::Fp16Split;
     // hi + lo and the fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over
     // 21504 inputs). One fp16 for x is checked below against its own error bound instead.
     const double tol = path == Path::SingleHalf ? 1.0 : 1e-4;
@@ -188,7 +189,8 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                             (rows > 1 ? " b" + std::to_string(rows) : "") +
                             (forceGlobalX ? " xglobal" : "") +
                             (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x"
-                             : path == Path::TwoGroups ? " two-group items" : "");
+                             : path == Path::TwoGroups ? " two-group items"
+                             : path == Path::Fp16Split ? " fp16-x" : "");
     // Near-fp32 paths: 1e-4 of max|ref| over >= 64 outputs, and 1e-5·Σ|w·x| per output always.
     const bool manyOutputs = rows * s.out >= 64;
     if (path != Path::SingleHalf && manyOutputs)
@@ -269,7 +271,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 HCHECK(cudaMemcpy(sg.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
                 HCHECK(cudaMemcpy(su.ptr + c * w.scales.size(), du.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
             }
-            auto timeGeglu = [&](bool cudaCores, bool singleHalf) {
+            auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false) {
                 return medianMicros(
                     [&](int i) {
                         Fp4MatvecParams t = g;
@@ -280,17 +282,19 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         t.upScales = su.ptr + c * w.scales.size();
                         t.forceCudaCores = cudaCores;
                         t.singleHalfX = singleHalf;
+                        t.fp16X = fp16;
                         gemma::cuda::launchFp4GegluMatvec(t, nullptr);
                     },
                     10, 50);
             };
             const double us = timeGeglu(false, false);
             const double half1 = timeGeglu(false, true), cores = timeGeglu(true, false);
-            char line[320];
+            const double fp16 = timeGeglu(false, false, true);
+            char line[400];
             std::snprintf(line, sizeof line,
-                          "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s | one-fp16-x %6.1f | cuda-cores %6.1f GB/s",
+                          "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s | fp16-x %6.1f | one-fp16-x %6.1f | cuda-cores %6.1f GB/s",
                           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
-                          us, bytes / us * 1e-3, bytes / half1 * 1e-3, bytes / cores * 1e-3);
+                          us, bytes / us * 1e-3, bytes / fp16 * 1e-3, bytes / half1 * 1e-3, bytes / cores * 1e-3);
             perfLines.push_back(line);
         }
     }
@@ -309,7 +313,8 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             HCHECK(cudaMemcpy(ss.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
         }
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
-        auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false) {
+        auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false,
+                               bool fp16 = false) {
             return medianMicros(
                 [&](int i) {
                     Fp4MatvecParams t = p;
@@ -321,6 +326,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                     t.rowsPerWarp = rowsPerWarp;
                     t.forceGlobalX = globalX;
                     t.twoGroupItems = twoGroups;
+                    t.fp16X = fp16;
                     gemma::cuda::launchFp4Matvec(t, nullptr);
                 },
                 10, 30);
@@ -329,12 +335,13 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         const double half1 = timeVariant(false, 0, false, true);
         const double c0 = timeVariant(true, 0, false, false);
         const double two = timeVariant(false, 0, false, false, true);
-        char line[320];
+        const double fp16 = timeVariant(false, 0, false, false, false, true);
+        char line[400];
         std::snprintf(line, sizeof line,
-                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | two-group items %6.1f | one-fp16-x %6.1f | "
+                      "%-28s %6lld x %-6lld matvec %8.2f us %7.1f GB/s | fp16-x %6.1f | two-group %6.1f | one-fp16-x %6.1f | "
                       "cuda-cores %6.1f GB/s",
                       s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), us,
-                      bytes / us * 1e-3, bytes / two * 1e-3, bytes / half1 * 1e-3, bytes / c0 * 1e-3);
+                      bytes / us * 1e-3, bytes / fp16 * 1e-3, bytes / two * 1e-3, bytes / half1 * 1e-3, bytes / c0 * 1e-3);
         perfLines.push_back(line);
     }
 }
@@ -344,7 +351,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 // outputs, each checked against its own FP64 reference; the tiles of segment boundaries that are
 // not multiples of 16 rows check the segment lookup.
 void runFused(const std::string& name, std::int64_t in, const std::int64_t (&outs)[3], int rows,
-              std::mt19937_64& rng, Report& report, bool twoGroups = false) {
+              std::mt19937_64& rng, Report& report, bool twoGroups = false, bool fp16 = false) {
     std::vector<Fp4Matrix> ws;
     std::vector<DeviceFp4> dws;
     for (std::int64_t o : outs) {
@@ -372,6 +379,7 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     p.rows = rows;
     p.extraCount = 2;
     p.twoGroupItems = twoGroups;
+    p.fp16X = fp16;
     for (int k = 1; k < 3; ++k) p.extra[k - 1] = {dws[k].codes.ptr, dws[k].scales.ptr, outs[k], dys[k].ptr};
     for (auto& d : dys) d.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
@@ -390,12 +398,81 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
             for (std::int64_t o = outs[k]; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
         }
         const std::string tag = "fused " + name + " segment " + std::to_string(k) + (rows > 1 ? " b" + std::to_string(rows) : "") +
-                                (twoGroups ? " two-group items" : "");
+                                (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "");
         report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
         if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
     }
 }
 
+
+// One input vector, contiguous x and y.
+Fp4MatvecParams oneVector(const DeviceFp4& w, std::int64_t out, std::int64_t in, const float* x, float* y) {
+    Fp4MatvecParams p;
+    p.codes = w.codes.ptr;
+    p.scales = w.scales.ptr;
+    p.out = out;
+    p.in = in;
+    p.x = x;
+    p.xStride = in;
+    p.y = y;
+    p.yStride = out;
+    return p;
+}
+
+// x as integers (the tensor-core default) scales x by a power of two from max|x|: an outlier
+// 4000 times the rest must not cost the small entries their precision beyond the bound, x = 0
+// must give exact zeros, and a NaN or an infinity in x must give NaN (the fp16 paths propagate
+// them too), never a finite number.
+void runIntegerEdgeCases(std::mt19937_64& rng, Report& report) {
+    constexpr std::int64_t kOut = 512, kIn = 3840;
+    const Fp4Matrix w = randomFp4(kOut, kIn, rng);
+    const std::vector<float> deq = w.dequantize();
+    DeviceFp4 dw = upload(w);
+    DeviceBuffer<float> dx(kIn), dy(kOut);
+    auto run = [&](const std::vector<float>& x, bool geglu) {
+        dx.upload(x);
+        dy.poison();
+        Fp4MatvecParams p = oneVector(dw, kOut, kIn, dx.ptr, dy.ptr);
+        if (geglu) {
+            p.upCodes = dw.codes.ptr;
+            p.upScales = dw.scales.ptr;
+            HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(p, nullptr));
+        } else {
+            HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
+        }
+        HCHECK(cudaDeviceSynchronize());
+        return dy.download();
+    };
+    std::vector<float> x(kIn);
+    for (auto& v : x) v = std::uniform_real_distribution<float>(-1e-2f, 1e-2f)(rng);
+    x[7] = 40.0f;
+    x[kIn - 1] = -35.0f;
+    {
+        const std::vector<float> y = run(x, false);
+        std::vector<double> ref, scale;
+        for (std::int64_t o = 0; o < kOut; ++o) {
+            const DotTerms t = referenceTerms(deq, kIn, o, x.data());
+            ref.push_back(t.dot);
+            scale.push_back(t.absDot);
+        }
+        addBoundCheck(report, "integer-x outlier 4000x", y, ref, scale, 1e-5);
+    }
+    std::fill(x.begin(), x.end(), 0.0f);
+    {
+        const std::vector<float> y = run(x, false), yg = run(x, true);
+        bool zero = true;
+        for (std::int64_t o = 0; o < kOut; ++o) zero &= y[o] == 0.0f && yg[o] == 0.0f;
+        report.addCheck("integer-x x = 0 gives exact zeros (matvec, geglu)", zero, "");
+    }
+    for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+        for (auto& v : x) v = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
+        x[1234] = bad;
+        const std::vector<float> y = run(x, false);
+        bool allNan = true;
+        for (std::int64_t o = 0; o < kOut; ++o) allNan &= std::isnan(y[o]);
+        report.addCheck(std::string("integer-x with ") + (std::isnan(bad) ? "NaN" : "inf") + " in x gives NaN", allNan, "");
+    }
+}
 
 // Programmatic dependent launch (sm_90+; an ordinary launch elsewhere): RMSNorm writes x, a matvec
 // launched programmatically reads it, a second one reads the first's output. Every buffer is
@@ -423,15 +500,7 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
         norm.n = kIn;
         norm.stride = kIn;
         HCHECK_STATUS(gemma::cuda::launchRmsNormResidual(norm, nullptr));
-        Fp4MatvecParams a;
-        a.codes = d1.codes.ptr;
-        a.scales = d1.scales.ptr;
-        a.out = kMid;
-        a.in = kIn;
-        a.x = x.ptr;
-        a.xStride = kIn;
-        a.y = y1.ptr;
-        a.yStride = kMid;
+        Fp4MatvecParams a = oneVector(d1, kMid, kIn, x.ptr, y1.ptr);
         a.programmaticLaunch = true;
         HCHECK_STATUS(gemma::cuda::launchFp4Matvec(a, nullptr));
         Fp4MatvecParams b = a;
@@ -507,6 +576,7 @@ int main() {
         runShape(s, 1, rng, report, lt, false, perf, false, Path::CudaCores);
         runShape(s, 1, rng, report, lt, false, perf, false, Path::SingleHalf);
         runShape(s, 1, rng, report, lt, false, perf, false, Path::TwoGroups);
+        runShape(s, 1, rng, report, lt, false, perf, false, Path::Fp16Split);
         runShape(s, 3, rng, report, lt, false, perf);
         runShape(s, 1, rng, report, lt, false, perf, /*forceGlobalX=*/true);
         runShape(s, 2, rng, report, lt, false, perf, /*forceGlobalX=*/true);
@@ -517,6 +587,9 @@ int main() {
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, /*twoGroups=*/true);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, /*twoGroups=*/true);
+    runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, /*fp16=*/true);
+    runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, /*fp16=*/true);
+    runIntegerEdgeCases(rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 2, rng, report);
     if (!quick) {
         runFused("12b full q/k", 3840, {8192, 512, 512}, 1, rng, report);
@@ -524,6 +597,7 @@ int main() {
             runShape(s, 1, rng, report, lt, true, perf);
             runShape(s, 1, rng, report, lt, false, perf, false, Path::CudaCores);
             runShape(s, 1, rng, report, lt, false, perf, false, Path::TwoGroups);
+            runShape(s, 1, rng, report, lt, false, perf, false, Path::Fp16Split);
         }
         runShape({"12b.q_sliding", 4096, 3840, true}, 3, rng, report, lt, false, perf);
         runShape({"31b.down", 5376, 21504, false}, 4, rng, report, lt, false, perf);

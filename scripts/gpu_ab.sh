@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A/B of engine options on the GPU machine in one call: builds the engine and tools (sm_90, no
+# UI), runs the model-level parity tests (gpu_parity_tests) on the default options, then
+# gemma-bench once per variant, alternating A and B so that clock and thermal drift hit both.
+#   GEMMA_AB_VARIANTS  ';'-separated gemma-bench flag sets (default: ";--fp16-matvec", i.e. the
+#                      defaults against x as fp16 in the matvecs); an empty set = the defaults
+#   GEMMA_AB_ARGS      flags for every run (default: --skip depth,prefill --allocations 4096)
+#   GEMMA_AB_ROUNDS    rounds over the variants (default 2)
+# Output: $OUT/ab.txt (per run: the decode line and the bucket table), parity summary.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gemma-out}
+mkdir -p "$out"
+build=/tmp/gemma-build
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real \
+  > "$out/build.log" 2>&1 && cmake --build "$build" -j 16 --target gemma-bench gpu_parity_tests >> "$out/build.log" 2>&1 \
+  || { tail -40 "$out/build.log"; exit 1; }
+rm -f "$out/build.log"
+"$build/tests/gpu_parity_tests" > "$out/gpu_parity.log" 2>&1
+echo "gpu parity: exit $? ($(grep -cE '^\[       OK \]' "$out/gpu_parity.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu_parity.log") failed)" | tee "$out/ab.txt"
+grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
+IFS=';' read -r -a variants <<< "${GEMMA_AB_VARIANTS:-;--fp16-matvec}"
+for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
+  for v in "${variants[@]}"; do
+    tag=$(echo "${v:-default}" | tr -c 'a-zA-Z0-9\n-' '_')
+    "$build/app/cli/gemma-bench" --preset "${GEMMA_AB_PRESET:-12b}" ${GEMMA_AB_ARGS:---skip depth,prefill --allocations 4096} $v \
+      --markdown "$out/ab-$tag.md" > /dev/null 2>&1
+    echo "=== round $round: [${v:-default}] exit $?" >> "$out/ab.txt"
+    cat "$out/ab-$tag.md" >> "$out/ab.txt"
+    rm -f "$out/ab-$tag.md"
+  done
+done
+cat "$out/ab.txt"
