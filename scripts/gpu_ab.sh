@@ -5,8 +5,8 @@
 #   GEMMA_AB_VARIANTS  ';'-separated gemma-bench flag sets (default: ";--fp16-matvec", i.e. the
 #                      defaults against x as fp16 in the matvecs); an empty set = the defaults
 #   GEMMA_AB_ARGS      flags for every run (default: --skip depth,prefill --allocations 4096)
-#   GEMMA_AB_ROUNDS    rounds over the variants (default 2)
-# Output: $OUT/ab.txt (per run: the decode line and the bucket table), parity summary.
+#   GEMMA_AB_ROUNDS    rounds over the variants (default 2; 0 = parity only)
+# Output: $OUT/ab.txt: the parity summary and per-model figures, then per run the bench markdown.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gemma-out}
@@ -18,6 +18,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF 
 rm -f "$out/build.log"
 "$build/tests/gpu_parity_tests" > "$out/gpu_parity.log" 2>&1
 echo "gpu parity: exit $? ($(grep -cE '^\[       OK \]' "$out/gpu_parity.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu_parity.log") failed)" | tee "$out/ab.txt"
+grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"  # the per-model figures
 grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
 IFS=';' read -r -a variants <<< "${GEMMA_AB_VARIANTS:-;--fp16-matvec}"
 for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do

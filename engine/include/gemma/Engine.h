@@ -125,9 +125,10 @@ struct OpenOptions {
     // sm_90+ only (ignored below); on the H200 the matvecs alone made the decode step 8.7 % faster
     // (docs/PERFORMANCE.md, version 3).
     bool programmaticLaunch = true;
-    // CUDA: batch-1 FP4 matvecs feed x to an int8 mma as a 31-bit integer (exact int32 sums per
-    // weight group; 15–25 % faster than fp16 x on the H200's large shapes, docs/PERFORMANCE.md
-    // version 4). false: x as fp16 hi + lo in an fp16 mma, the earlier form (comparisons).
+    // CUDA: batch-1 FP4 matvecs feed x to an int8 mma as a 31-bit integer per 128-input group
+    // (exact int32 sums per weight group; on the H200 15–25 % faster than fp16 x on the large
+    // shapes and a 4–11× smaller logit error against the CPU backend, docs/PERFORMANCE.md version
+    // 4). false: x as fp16 hi + lo in an fp16 mma, the earlier form (comparisons).
     bool integerMatvec = true;
 };
 
