@@ -31,6 +31,9 @@ struct Device {
     }
 };
 
+// Launches per graph in the kernel table (each a different weight copy where there are enough).
+constexpr int kLaunchesPerGraph = 20;
+
 // Median milliseconds of `repeats` timed calls after `warmup` untimed ones.
 bool medianMs(const std::function<bool()>& body, int warmup, int repeats, double& ms, std::string& error) {
     cudaEvent_t start, stop;
@@ -51,6 +54,59 @@ bool medianMs(const std::function<bool()>& body, int warmup, int repeats, double
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    ms = samples[samples.size() / 2];
+    return true;
+}
+
+// Median milliseconds per launch of `perGraph` launches (launch(stream, i), i = 0 .. perGraph-1)
+// captured as one CUDA graph and replayed `repeats` times after `warmup` replays. Kernel-table
+// timing: a launch timed alone between two events also counts the host's launch latency (several
+// µs, as much as a small matvec takes), which a decode step, itself a graph, does not pay. One
+// untimed direct launch first does any per-kernel setup (shared-memory limits) outside the capture.
+bool graphMedianMs(const std::function<bool(cudaStream_t, int)>& launch, int perGraph, int warmup, int repeats, double& ms,
+                   std::string& error) {
+    struct Resources {
+        cudaStream_t stream = nullptr;
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        cudaEvent_t start = nullptr, stop = nullptr;
+        ~Resources() {
+            if (exec) cudaGraphExecDestroy(exec);
+            if (graph) cudaGraphDestroy(graph);
+            if (start) cudaEventDestroy(start);
+            if (stop) cudaEventDestroy(stop);
+            if (stream) cudaStreamDestroy(stream);
+        }
+    } r;
+    BENCH_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+    BENCH_CHECK(cudaEventCreate(&r.start));
+    BENCH_CHECK(cudaEventCreate(&r.stop));
+    if (!launch(r.stream, 0)) {
+        error = "launch failed: " + std::string(cudaGetErrorString(cudaGetLastError()));
+        return false;
+    }
+    BENCH_CHECK(cudaStreamSynchronize(r.stream));
+    BENCH_CHECK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
+    bool launched = true;
+    for (int i = 0; i < perGraph && launched; ++i) launched = launch(r.stream, i);
+    const cudaError_t captured = cudaStreamEndCapture(r.stream, &r.graph);
+    if (!launched) {
+        error = "launch failed during graph capture: " + std::string(cudaGetErrorString(cudaGetLastError()));
+        return false;
+    }
+    BENCH_CHECK(captured);
+    BENCH_CHECK(cudaGraphInstantiate(&r.exec, r.graph, 0));
+    std::vector<float> samples;
+    for (int i = 0; i < warmup + repeats; ++i) {
+        BENCH_CHECK(cudaEventRecord(r.start, r.stream));
+        BENCH_CHECK(cudaGraphLaunch(r.exec, r.stream));
+        BENCH_CHECK(cudaEventRecord(r.stop, r.stream));
+        BENCH_CHECK(cudaEventSynchronize(r.stop));
+        float elapsed = 0.0f;
+        BENCH_CHECK(cudaEventElapsedTime(&elapsed, r.start, r.stop));
+        if (i >= warmup) samples.push_back(elapsed / static_cast<float>(perGraph));
+    }
     std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
     ms = samples[samples.size() / 2];
     return true;
@@ -202,11 +258,10 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
         for (auto& v : host) v = normal(rng);
         BENCH_CHECK(cudaMemcpy(x.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
     }
-    int next = 0;
     double ms = 0.0;
-    const bool ok = medianMs(
-        [&] {
-            const int c = next++ % copies;
+    const bool ok = graphMedianMs(
+        [&](cudaStream_t stream, int i) {
+            const int c = i % copies;
             cuda::Fp4MatvecParams p;
             const std::size_t base = static_cast<std::size_t>(c) * (geglu ? 2 : 1);
             p.codes = static_cast<const std::uint8_t*>(codes[base].p);
@@ -223,9 +278,9 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
             p.yStride = out;
             p.rows = 1;
             p.fp16X = !integerX;
-            return (geglu ? cuda::launchFp4GegluMatvec(p, nullptr) : cuda::launchFp4Matvec(p, nullptr)) == cuda::KernelStatus::Ok;
+            return (geglu ? cuda::launchFp4GegluMatvec(p, stream) : cuda::launchFp4Matvec(p, stream)) == cuda::KernelStatus::Ok;
         },
-        5, 51, ms, error);
+        kLaunchesPerGraph, 2, 15, ms, error);
     if (!ok) return false;
     timing.out = out;
     timing.in = in;
@@ -251,11 +306,10 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, KernelTiming& timing, s
     BENCH_CHECK(cudaMalloc(&logits.p, static_cast<std::size_t>(vocab) * 4));
     std::vector<float> host(static_cast<std::size_t>(hidden), 0.01f);
     BENCH_CHECK(cudaMemcpy(x.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-    int next = 0;
     double ms = 0.0;
-    const bool ok = medianMs(
-        [&] {
-            const int c = next++ % 2;
+    const bool ok = graphMedianMs(
+        [&](cudaStream_t stream, int i) {
+            const int c = i % 2;
             cuda::Fp8LmHeadParams p;
             p.codes = static_cast<const std::uint8_t*>(codes[c].p);
             p.rowScales = static_cast<const float*>(scales[c].p);
@@ -267,9 +321,9 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, KernelTiming& timing, s
             p.logitStride = vocab;
             p.rows = 1;
             p.softcap = 30.0f;
-            return cuda::launchFp8LmHead(p, nullptr) == cuda::KernelStatus::Ok;
+            return cuda::launchFp8LmHead(p, stream) == cuda::KernelStatus::Ok;
         },
-        5, 31, ms, error);
+        kLaunchesPerGraph, 2, 15, ms, error);
     if (!ok) return false;
     timing.name = "lm_head (fp8)";
     timing.out = vocab;
