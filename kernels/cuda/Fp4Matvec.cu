@@ -53,6 +53,7 @@
 // chunk's x values past `in` are never read (their weights are the +0 padding).
 #include "Fp4Matvec.h"
 
+#include <kernels/Fp4Decode.h>
 #include <kernels/WeightFormats.h>
 
 #include "CudaCommon.h"
@@ -62,33 +63,14 @@ namespace fp4detail {
 
 // ---- device helpers ------------------------------------------------------------------------------
 
-// FP16 high bytes of the E2M1 magnitudes 0, 0.5, 1, 1.5 | 2, 3, 4, 6.
-constexpr std::uint32_t kTableLo = 0x3E3C3800u;
-constexpr std::uint32_t kTableHi = 0x46444240u;
-
-// Decodes the 8 nibbles of `w` (nibble k = input k) into 4 FP16 pairs: h[p] = (nibble 2p in the
-// low half, nibble 2p+1 in the high half), exactly the E2M1 values.
-__device__ __forceinline__ void decodeHalfPairs(std::uint32_t w, std::uint32_t (&h)[4]) {
-    const std::uint32_t mag = w & 0x77777777u;
-    const std::uint32_t hiLo = prmt(kTableLo, kTableHi, mag);        // weights 0..3 (low 16 bits)
-    const std::uint32_t hiHi = prmt(kTableLo, kTableHi, mag >> 16);  // weights 4..7
-    const std::uint32_t w4 = w << 4;
-    // Sign-replicate mode: byte k = 0xFF when weight k is negative.
-    const std::uint32_t signLo = prmt(w, w4, 0x9D8Cu);
-    const std::uint32_t signHi = prmt(w, w4, 0xBFAEu);
-    const std::uint32_t bytesLo = hiLo | (signLo & 0x80808080u);
-    const std::uint32_t bytesHi = hiHi | (signHi & 0x80808080u);
-    // FP16 pairs [0, b_k, 0, b_k+1].
-    h[0] = prmt(bytesLo, 0u, 0x1404u);
-    h[1] = prmt(bytesLo, 0u, 0x3424u);
-    h[2] = prmt(bytesHi, 0u, 0x1404u);
-    h[3] = prmt(bytesHi, 0u, 0x3424u);
-}
+// The register-level decode steps live in kernels/Fp4Decode.h (host-tested through a PRMT
+// emulation by tests/engine/Fp4DecodeTest.cpp).
+using formats::fp4decode::decodeFp16Pairs;
 
 // Decodes the 8 nibbles of `w` (nibble k = input k) into 8 floats, exactly E2M1 values.
 __device__ __forceinline__ void decode8(std::uint32_t w, float (&f)[8]) {
     std::uint32_t pairs[4];
-    decodeHalfPairs(w, pairs);
+    decodeFp16Pairs(w, pairs);
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
         __half2 h = *reinterpret_cast<const __half2*>(&pairs[p]);
@@ -358,8 +340,8 @@ __device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xs, in
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         std::uint32_t ha[4], hb[4];
-        decodeHalfPairs(wordsA[j], ha);
-        decodeHalfPairs(wordsB[j], hb);
+        decodeFp16Pairs(wordsA[j], ha);
+        decodeFp16Pairs(wordsB[j], hb);
         // Piece j*4 + q of the group holds the 8 x values of word j of lane-quarter q.
         const uint4 xv = xs[j * 4 + q];
         const std::uint32_t first[4] = {ha[0], hb[0], ha[1], hb[1]};
@@ -440,8 +422,6 @@ __device__ __forceinline__ void stageX(const float* __restrict__ x, std::int64_t
 // in exact integers until the group scale × 2^-E_G / 2 multiplies it in fp32. 7 integer
 // instructions decode 8 weights (the fp16 path: 13) and one mma covers 512 weights (fp16: 256).
 // The exponent per group (not per vector) keeps staging to one pass with no block-wide reduction.
-constexpr std::uint32_t kIntTableLo = 0x03020100u;  // E2M1·2 of magnitudes 0..3
-constexpr std::uint32_t kIntTableHi = 0x0C080604u;  // 4..7
 constexpr int kPlanes = 4;                          // B columns 0, 2, 3, 4 (bytes 3^0x80, 2, 1, 0)
 constexpr int kPlanePad = 16;                       // bytes after each plane: conflict-free B loads
 
@@ -486,12 +466,12 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
     int pos[4] = {0, 0, 0, 0}, neg[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        const std::uint32_t a = wordsA[j], bw = wordsB[j];
-        const std::uint32_t ah = a >> 16, bh = bw >> 16;
-        const std::uint32_t p[4] = {prmt(kIntTableLo, kIntTableHi, a), prmt(kIntTableLo, kIntTableHi, bw),
-                                    prmt(kIntTableLo, kIntTableHi, ah), prmt(kIntTableLo, kIntTableHi, bh)};
-        const std::uint32_t n[4] = {prmt(kIntTableLo, kIntTableHi, a ^ 0x8888u), prmt(kIntTableLo, kIntTableHi, bw ^ 0x8888u),
-                                    prmt(kIntTableLo, kIntTableHi, ah ^ 0x8888u), prmt(kIntTableLo, kIntTableHi, bh ^ 0x8888u)};
+        // A fragment: rows g and g+8, k-slots 4q.. (nibbles 0..3) and 16+4q.. (nibbles 4..7).
+        std::uint32_t p[4], n[4];
+        formats::fp4decode::decodeInt8Quad(wordsA[j], p[0], n[0]);
+        formats::fp4decode::decodeInt8Quad(wordsB[j], p[1], n[1]);
+        formats::fp4decode::decodeInt8Quad(wordsA[j] >> 16, p[2], n[2]);
+        formats::fp4decode::decodeInt8Quad(wordsB[j] >> 16, p[3], n[3]);
         imma16832(pos, p, bx[2 * j], bx[2 * j + 1]);
         imma16832(neg, n, bx[2 * j], bx[2 * j + 1]);
     }
@@ -545,15 +525,9 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
 #pragma unroll
             for (int m = 1; m < 8; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
             if (c >= pieces) continue;
-            // max in [2^k, 2^(k+1)) → E = 30 - k keeps |X| < 2^31; E <= 125 keeps 2^E and 2^-E-1
-            // normal floats (a group whose max is below 2^-95 keeps fewer digits: far below any
-            // activation that matters next to the other groups).
-            const int k = static_cast<int>(maxBits >> 23) - 127;
-            const int e = min(30 - k, 125);
-            const float up = __uint_as_float(static_cast<std::uint32_t>(e + 127) << 23);
-            if ((c & 7) == 0)
-                factors[c >> 3] = maxBits >= 0x7F800000u ? __uint_as_float(0x7FC00000u)
-                                                         : __uint_as_float(static_cast<std::uint32_t>(127 - e - 1) << 23);
+            const int e = formats::fp4decode::integerExponent(maxBits);
+            const float up = formats::fp4decode::powerOfTwo(e);
+            if ((c & 7) == 0) factors[c >> 3] = formats::fp4decode::integerFactor(maxBits, e);
             std::uint32_t word[kPlanes][4];
 #pragma unroll
             for (int f = 0; f < 4; ++f) {
@@ -561,13 +535,10 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
                 const std::uint32_t x1 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].y * up));
                 const std::uint32_t x2 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].z * up));
                 const std::uint32_t x3 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].w * up));
-                // 4×4 byte transpose: plane word p holds byte (3 - p) of x0..x3.
-                const std::uint32_t lo01 = prmt(x0, x1, 0x5140u), lo23 = prmt(x2, x3, 0x5140u);
-                const std::uint32_t hi01 = prmt(x0, x1, 0x7362u), hi23 = prmt(x2, x3, 0x7362u);
-                word[0][f] = prmt(hi01, hi23, 0x7632u) ^ 0x80808080u;  // byte 3, + 128 as u8
-                word[1][f] = prmt(hi01, hi23, 0x5410u);                // byte 2
-                word[2][f] = prmt(lo01, lo23, 0x7632u);                // byte 1
-                word[3][f] = prmt(lo01, lo23, 0x5410u);                // byte 0
+                std::uint32_t plane[kPlanes];
+                formats::fp4decode::integerPlanes(x0, x1, x2, x3, plane);
+#pragma unroll
+                for (int p = 0; p < kPlanes; ++p) word[p][f] = plane[p];
             }
 #pragma unroll
             for (int p = 0; p < kPlanes; ++p)
@@ -690,9 +661,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             intB.plane = reinterpret_cast<const uint4*>(intPlanes + plane * planeBytes(groups) + q * 32);
         else
             intB.constant = g == 1 ? 0x01010101u : 0u;
-        fold = q == 0 ? 128 : 0;
-        weight0 = q == 0 ? 16777216.0f : q == 1 ? 65536.0f : q == 2 ? 1.0f : 0.0f;
-        weight1 = q == 1 ? 256.0f : 0.0f;
+        fold = q == 0 ? formats::fp4decode::kOnesColumnFold : 0;
+        weight0 = formats::fp4decode::columnWeight(2 * q);
+        weight1 = formats::fp4decode::columnWeight(2 * q + 1);
     }
 
     float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
