@@ -444,6 +444,40 @@ struct IntegerB {
     const float* factor;  // [groups]: 2^-E_G / 2
 };
 
+// What a lane (g, q) of the integer path holds for the whole launch: its B column g (plane, ones
+// or zeros), the ones-column fold of q = 0 lanes, and the weights of its two C columns (2q, 2q+1)
+// in Σ w·X (see groupDotInteger).
+struct IntegerLane {
+    IntegerB b;
+    int fold;
+    float weight0, weight1;
+};
+__device__ __forceinline__ IntegerLane integerLane(int g, int q, const std::uint8_t* planes, const float* factors, int groups) {
+    IntegerLane l{{nullptr, 0u, factors}, 0, 0.0f, 0.0f};
+    const int plane = g == 0 ? 0 : g - 1;  // columns 0, 2, 3, 4 → planes 0, 1, 2, 3
+    if (g == 0 || (g >= 2 && g <= 4))
+        l.b.plane = reinterpret_cast<const uint4*>(planes + plane * planeBytes(groups) + q * 32);
+    else
+        l.b.constant = g == 1 ? 0x01010101u : 0u;
+    l.fold = q == 0 ? formats::fp4decode::kOnesColumnFold : 0;
+    l.weight0 = formats::fp4decode::columnWeight(2 * q);
+    l.weight1 = formats::fp4decode::columnWeight(2 * q + 1);
+    return l;
+}
+
+// The end of a tile for the integer path: the lane's columns weighted, summed over the 4 lanes
+// of a row (q = 0 .. 3, two shuffles), into rowA (row g) and rowB (row g+8); acc is cleared. All 32
+// lanes must call it.
+__device__ __forceinline__ void integerRowSums(float (&acc)[4], const IntegerLane& l, float& rowA, float& rowB) {
+    rowA = fmaf(acc[0], l.weight0, acc[1] * l.weight1);
+    rowB = fmaf(acc[2], l.weight0, acc[3] * l.weight1);
+    rowA += __shfl_xor_sync(0xffffffffu, rowA, 1);
+    rowB += __shfl_xor_sync(0xffffffffu, rowB, 1);
+    rowA += __shfl_xor_sync(0xffffffffu, rowA, 2);
+    rowB += __shfl_xor_sync(0xffffffffu, rowB, 2);
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+}
+
 // Σ over one group for rows g and g+8. The lane's 16 code bytes per row are 4 words; word j holds
 // inputs 32q + 8j + (0..7): nibbles 0..3 → k-slots 4q..4q+3, nibbles 4..7 → 16+4q..16+4q+3 of
 // mma j (the A fragment of m16n8k32), so the B fragment of mma j is 8 consecutive x bytes of the
@@ -580,6 +614,36 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
     return t;
 }
 
+// A warp's row sums of a tile (rows g and g+8, gate and up) into its slot of the partials.
+template <bool GEGLU>
+__device__ __forceinline__ void writeRowSums(float (*slot)[kMmaTileRows], int g, float rowA, float rowB, float upRowA, float upRowB) {
+    slot[0][g] = rowA;
+    slot[0][g + 8] = rowB;
+    if constexpr (GEGLU) {
+        slot[1][g] = upRowA;
+        slot[1][g + 8] = upRowB;
+    }
+}
+
+// Output row `lane` (< 16) of `tile`: the 8 warps' partial sums (partial[warp][weight][row]) in a
+// fixed order, × postscale, GeGLU applied; rows past the segment's `out` are not stored.
+template <bool GEGLU>
+__device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int lane, const float (*partial)[GEGLU ? 2 : 1][kMmaTileRows],
+                                             float postscale) {
+    const MmaSegment& S = args.segment[segmentOf(args, tile)];
+    const std::int64_t row = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows + lane;
+    if (row >= S.out) return;
+    float sum = 0.0f, upSum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) {
+        sum += partial[w][0][lane];
+        if constexpr (GEGLU) upSum += partial[w][1][lane];
+    }
+    float v = sum * postscale;
+    if constexpr (GEGLU) v = geluTanh(v) * (upSum * postscale);
+    S.y[row] = v;
+}
+
 // Persistent grid (at most the resident block count); block b takes tiles b, b + gridDim, ...
 // and its 8 warps split each tile's groups (warp w: groups w, w+8, ...). A warp walks its (tile,
 // group) items as one flat stream with D items in flight: the slot an item is computed from is
@@ -650,21 +714,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     __syncthreads();
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
-    // Integer path: the lane's B column g (plane, ones or zeros), the ones-column fold of q = 0
-    // lanes, and the weights of the lane's two C columns (2q, 2q+1) in Σ w·X (see groupDotInteger).
-    IntegerB intB{nullptr, 0u, intFactors};
-    int fold = 0;
-    float weight0 = 0.0f, weight1 = 0.0f;
-    if constexpr (INTEGER) {
-        const int plane = g == 0 ? 0 : g - 1;  // columns 0, 2, 3, 4 → planes 0, 1, 2, 3
-        if (g == 0 || (g >= 2 && g <= 4))
-            intB.plane = reinterpret_cast<const uint4*>(intPlanes + plane * planeBytes(groups) + q * 32);
-        else
-            intB.constant = g == 1 ? 0x01010101u : 0u;
-        fold = q == 0 ? formats::fp4decode::kOnesColumnFold : 0;
-        weight0 = formats::fp4decode::columnWeight(2 * q);
-        weight1 = formats::fp4decode::columnWeight(2 * q + 1);
-    }
+    IntegerLane intLane{};
+    if constexpr (INTEGER) intLane = integerLane(g, q, intPlanes, intFactors, groups);
 
     float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
     float intAcc[4] = {0.f, 0.f, 0.f, 0.f}, intUpAcc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -674,45 +725,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     auto flush = [&](int mine) {
         const int buffer = mine & 1;
         if constexpr (INTEGER) {
-            // The lane's columns weighted, then summed over the 4 lanes of a row (q = 0 .. 3).
-            auto rows = [&](float (&acc)[4], float& rowA, float& rowB) {
-                rowA = fmaf(acc[0], weight0, acc[1] * weight1);
-                rowB = fmaf(acc[2], weight0, acc[3] * weight1);
-                rowA += __shfl_xor_sync(0xffffffffu, rowA, 1);
-                rowB += __shfl_xor_sync(0xffffffffu, rowB, 1);
-                rowA += __shfl_xor_sync(0xffffffffu, rowA, 2);
-                rowB += __shfl_xor_sync(0xffffffffu, rowB, 2);
-                acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-            };
-            rows(intAcc, accA, accB);
-            if constexpr (GEGLU) rows(intUpAcc, upAccA, upAccB);
+            integerRowSums(intAcc, intLane, accA, accB);
+            if constexpr (GEGLU) integerRowSums(intUpAcc, intLane, upAccA, upAccB);
         }
-        if (q == 0) {
-            partial[buffer][warp][0][g] = accA;
-            partial[buffer][warp][0][g + 8] = accB;
-            if constexpr (GEGLU) {
-                partial[buffer][warp][1][g] = upAccA;
-                partial[buffer][warp][1][g + 8] = upAccB;
-            }
-        }
+        if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
         accA = accB = upAccA = upAccB = 0.0f;
         __syncthreads();
-        const int tile = blockIdx.x + mine * gridDim.x;
-        if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows) {
-            const MmaSegment& S = args.segment[segmentOf(args, tile)];
-            const std::int64_t row = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows + lane;
-            if (row < S.out) {
-                float sum = 0.0f, upSum = 0.0f;
-#pragma unroll
-                for (int w = 0; w < kMmaWarps; ++w) {
-                    sum += partial[buffer][w][0][lane];
-                    if constexpr (GEGLU) upSum += partial[buffer][w][1][lane];
-                }
-                float v = sum * postscale;
-                if constexpr (GEGLU) v = geluTanh(v) * (upSum * postscale);
-                S.y[row] = v;
-            }
-        }
+        if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
+            storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
     };
 
     for (int k0 = 0; k0 < items; k0 += D) {
@@ -725,8 +745,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 if (GPI > 1 && local >= myGroups) break;
                 const int G = warp + local * kMmaWarps;
                 if constexpr (INTEGER) {
-                    groupDotInteger(slot[u][s], intB, G, fold, intAcc);
-                    if constexpr (GEGLU) groupDotInteger(slotUp[u][s], intB, G, fold, intUpAcc);
+                    groupDotInteger(slot[u][s], intLane.b, G, intLane.fold, intAcc);
+                    if constexpr (GEGLU) groupDotInteger(slotUp[u][s], intLane.b, G, intLane.fold, intUpAcc);
                 } else {
                     groupDot<SPLIT>(slot[u][s], xsLane + G * 16, q, accA, accB);
                     if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
@@ -742,6 +762,192 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
     if (myGroups == 0)
         for (int t = 0; t < myTiles; ++t) flush(t);
+}
+
+// ---- batch-1 integer matvec fed by bulk copies (sm_90+, an experiment: Fp4MatvecParams::bulkCopies) ----
+// The integer path's math and tiles, with the weights moved by the copy engine instead of by the
+// lanes: a ninth (producer) warp issues cp.async.bulk copies of each 16-row tile's codes into a
+// ring of shared-memory stages (one row segment of 8 groups, 512 bytes, per copy; rows 576 bytes
+// apart so that rows g and g+1 of a lane pair land on disjoint banks), completed by mbarriers;
+// the 8 consumer warps take one group each per stage. A consumer holds no load registers and
+// computes no weight addresses: its loop is two shared loads per row pair, the decode and the
+// mmas (the register pipeline's loop spends ≈ 200 of ≈ 260 instructions per item on bookkeeping,
+// docs/PERFORMANCE.md version 4). Scales stay lane loads (a row's scales are not 16-byte aligned),
+// issued one stage ahead.
+constexpr int kBulkConsumerWarps = kMmaWarps;  // one group of a stage each
+constexpr int kBulkThreads = 32 * (kBulkConsumerWarps + 1);
+constexpr int kBulkStages = 4;
+constexpr int kBulkGroupsPerStage = kBulkConsumerWarps;
+constexpr int kBulkRowPitch = kBulkGroupsPerStage * 64 + 64;  // 576: 144 words, rows g and g+1 16 banks apart
+constexpr int kBulkStageBytes = kMmaTileRows * kBulkRowPitch;
+constexpr int kBulkConsumerBarrier = 1;  // named barrier of the 256 consumer threads (0 is __syncthreads)
+
+// Shared memory of the bulk kernel: the stages (GeGLU: gate and up per stage), then the integer x.
+__host__ __device__ constexpr std::int64_t bulkSharedBytes(std::int64_t groups, bool geglu) {
+    return static_cast<std::int64_t>(kBulkStages) * (geglu ? 2 : 1) * kBulkStageBytes + integerXBytes(groups);
+}
+
+__device__ __forceinline__ std::uint32_t sharedAddress(const void* p) {
+    return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void consumerBarrier() {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(kBulkConsumerBarrier), "n"(kBulkConsumerWarps * 32) : "memory");
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbarrierInit(std::uint64_t* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrierExpectBytes(std::uint64_t* bar, std::uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrierArrive(std::uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(bar)) : "memory");
+}
+// Returns once the barrier's phase with this parity has completed.
+__device__ __forceinline__ void mbarrierWait(std::uint64_t* bar, std::uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred complete;\n"
+        "WAIT_AGAIN:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%0], %1;\n"
+        "@!complete bra WAIT_AGAIN;\n"
+        "}\n" ::"r"(sharedAddress(bar)),
+        "r"(parity)
+        : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the
+// copy engine; completion is counted on `bar` as transaction bytes.
+__device__ __forceinline__ void bulkCopy(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     sharedAddress(dst)),
+                 "l"(src), "r"(bytes), "r"(sharedAddress(bar))
+                 : "memory");
+}
+#endif
+
+// The bf16 scales of group G for rows g and g+8 of `tile` (low / high half), as GroupLoad::scales.
+__device__ __forceinline__ std::uint32_t tileScales(const MmaArgs& args, int tile, int g, int G, int groups, bool up) {
+    const MmaSegment& S = args.segment[segmentOf(args, tile)];
+    const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
+    const std::uint16_t* scales = up ? S.upScales : S.scales;
+    const std::int64_t rowA = min(row0 + g, S.out - 1), rowB = min(row0 + g + 8, S.out - 1);
+    return static_cast<std::uint32_t>(__ldg(scales + rowA * groups + G)) |
+           (static_cast<std::uint32_t>(__ldg(scales + rowB * groups + G)) << 16);
+}
+
+template <bool GEGLU>
+__global__ void __launch_bounds__(kBulkThreads, 2) fp4MatvecBulkKernel(MmaArgs args, int tiles) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int W = GEGLU ? 2 : 1;  // weights per stage
+    extern __shared__ float4 bulkRaw[];
+    __shared__ __align__(8) std::uint64_t full[kBulkStages], empty[kBulkStages];
+    __shared__ float partial[2][kBulkConsumerWarps][W][kMmaTileRows];
+    std::uint8_t* const stages = reinterpret_cast<std::uint8_t*>(bulkRaw);
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const std::int64_t in = args.in;
+    const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
+    const std::int64_t rowBytes = static_cast<std::int64_t>(groups) * 64;
+    const int stagesPerTile = (groups + kBulkGroupsPerStage - 1) / kBulkGroupsPerStage;
+    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+    const int myStages = myTiles * stagesPerTile;
+    std::uint8_t* const planes = stages + static_cast<std::int64_t>(kBulkStages) * W * kBulkStageBytes;
+    float* const factors = reinterpret_cast<float*>(planes + kPlanes * planeBytes(groups));
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kBulkStages; ++s) {
+            mbarrierInit(&full[s], 1);                   // the producer's expect-bytes arrival
+            mbarrierInit(&empty[s], kBulkConsumerWarps);  // one arrival per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    allowDependentsToStart();
+
+    if (warp == kBulkConsumerWarps) {
+        // Producer: weights only (they do not depend on the previous kernel, so no wait here; the
+        // consumers wait before they read x or write y).
+        if (lane == 0) {
+            int k = 0;
+            for (int t = 0; t < myTiles; ++t) {
+                const int tile = static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x);
+                const MmaSegment& S = args.segment[segmentOf(args, tile)];
+                const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
+                for (int st = 0; st < stagesPerTile; ++st, ++k) {
+                    const int s = k % kBulkStages;
+                    if (k >= kBulkStages) mbarrierWait(&empty[s], static_cast<std::uint32_t>((k / kBulkStages - 1) & 1));
+                    const int g0 = st * kBulkGroupsPerStage;
+                    const std::uint32_t segmentBytes = static_cast<std::uint32_t>(min(kBulkGroupsPerStage, groups - g0) * 64);
+                    mbarrierExpectBytes(&full[s], segmentBytes * kMmaTileRows * W);
+                    for (int r = 0; r < kMmaTileRows; ++r) {
+                        // Rows past `out` re-read the last row (a valid address; not stored).
+                        const std::int64_t offset = min(row0 + r, S.out - 1) * rowBytes + g0 * 64;
+                        std::uint8_t* dst = stages + static_cast<std::int64_t>(s * W) * kBulkStageBytes + r * kBulkRowPitch;
+                        bulkCopy(dst, S.codes + offset, segmentBytes, &full[s]);
+                        if constexpr (GEGLU) bulkCopy(dst + kBulkStageBytes, S.upCodes + offset, segmentBytes, &full[s]);
+                    }
+                }
+            }
+        }
+        return;  // the consumers' barriers are named barriers of their 256 threads
+    }
+
+    // Consumers (warps 0..7, threads 0..255: the staging code's thread range).
+    const int g = lane >> 2;
+    const int q = lane & 3;
+    gridDependencyWait();
+    stageXInteger(args.x, in, groups, planes, factors);
+    consumerBarrier();
+    const IntegerLane intLane = integerLane(g, q, planes, factors, groups);
+
+    float acc[4] = {0.f, 0.f, 0.f, 0.f}, upAcc[4] = {0.f, 0.f, 0.f, 0.f};
+    // Scales one stage ahead: stage k's are loaded while stage k - 1 computes.
+    auto scalesOf = [&](int k, bool up) -> std::uint32_t {
+        const int G = (k % stagesPerTile) * kBulkGroupsPerStage + warp;
+        if (k >= myStages || G >= groups) return 0u;
+        return tileScales(args, static_cast<int>(blockIdx.x) + (k / stagesPerTile) * static_cast<int>(gridDim.x), g, G, groups, up);
+    };
+    std::uint32_t scales = scalesOf(0, false), upScales = GEGLU ? scalesOf(0, true) : 0u;
+    for (int k = 0; k < myStages; ++k) {
+        const int s = k % kBulkStages;
+        const int st = k % stagesPerTile;
+        const int G = st * kBulkGroupsPerStage + warp;
+        const std::uint32_t nextScales = scalesOf(k + 1, false);
+        const std::uint32_t nextUpScales = GEGLU ? scalesOf(k + 1, true) : 0u;
+        mbarrierWait(&full[s], static_cast<std::uint32_t>((k / kBulkStages) & 1));
+        if (G < groups) {
+            const std::uint8_t* base = stages + static_cast<std::int64_t>(s * W) * kBulkStageBytes + warp * 64 + q * 16;
+            GroupLoad load;
+            load.rowA = *reinterpret_cast<const uint4*>(base + g * kBulkRowPitch);
+            load.rowB = *reinterpret_cast<const uint4*>(base + (g + 8) * kBulkRowPitch);
+            load.scales = scales;
+            groupDotInteger(load, intLane.b, G, intLane.fold, acc);
+            if constexpr (GEGLU) {
+                load.rowA = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + g * kBulkRowPitch);
+                load.rowB = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + (g + 8) * kBulkRowPitch);
+                load.scales = upScales;
+                groupDotInteger(load, intLane.b, G, intLane.fold, upAcc);
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbarrierArrive(&empty[s]);
+        scales = nextScales;
+        upScales = nextUpScales;
+        if (st == stagesPerTile - 1) {
+            // End of a tile: row sums to shared memory (double buffered), one consumer barrier,
+            // warp (tile % 8) stores the 16 outputs.
+            const int mine = k / stagesPerTile;
+            const int buffer = mine & 1;
+            float rowA, rowB, upRowA = 0.0f, upRowB = 0.0f;
+            integerRowSums(acc, intLane, rowA, rowB);
+            if constexpr (GEGLU) integerRowSums(upAcc, intLane, upRowA, upRowB);
+            if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, rowA, rowB, upRowA, upRowB);
+            consumerBarrier();
+            if (warp == (mine & (kBulkConsumerWarps - 1)) && lane < kMmaTileRows)
+                storeTileRow<GEGLU>(args, static_cast<int>(blockIdx.x) + mine * static_cast<int>(gridDim.x), lane, partial[buffer], 1.0f);
+        }
+    }
+#endif
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
@@ -836,31 +1042,35 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
-template <bool GEGLU, XForm X, int D, int GPI>
-cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
-                           bool programmatic, cudaStream_t stream) {
-    // Raise the dynamic shared-memory limit per instantiation to the largest size seen, from the
-    // first launch on: the kernel's static `partial` array counts against the default 48 KB too,
-    // so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide down_proj failed
-    // to launch when no larger shape had raised the limit before it).
-    static thread_local std::size_t raised = 0;
+// Launches one of the persistent batch-1 kernels (kernel(args, tiles), `threads` per block).
+// Raises the kernel's dynamic shared-memory limit to the largest size seen (`raised`, one per
+// kernel instance), from the first launch on: the kernel's static arrays count against the
+// default 48 KB too, so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide
+// down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
+// resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
+// twice), then as few blocks as still give every block the same number of tiles.
+inline cudaError_t launchPersistent(void (*kernel)(MmaArgs, int), std::size_t& raised, int threads, const MmaArgs& args,
+                                    int tiles, std::size_t smem, const DeviceFacts& facts, bool programmatic, cudaStream_t stream) {
     if (smem > raised) {
-        const cudaError_t err = cudaFuncSetAttribute(fp4MatvecMmaKernel<GEGLU, X, D, GPI>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(smem));
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
         raised = smem;
     }
-    // Persistent grid: the resident block count (2 per SM by the launch bounds, fewer when x's
-    // copy does not fit twice), then as few blocks as still give every block the same number
-    // of tiles.
+    constexpr std::size_t kStaticReserve = 4096;  // the kernels' static shared memory, rounded up
     int perSm = 2;
-    while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + 2048) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
+    while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
-    return launchKernel(fp4MatvecMmaKernel<GEGLU, X, D, GPI>, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem,
-                        stream, programmatic, args, tiles);
+    return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)), smem, stream, programmatic,
+                        args, tiles);
+}
+
+template <bool GEGLU, XForm X, int D, int GPI>
+cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
+                           bool programmatic, cudaStream_t stream) {
+    static thread_local std::size_t raised = 0;
+    return launchPersistent(fp4MatvecMmaKernel<GEGLU, X, D, GPI>, raised, kMmaThreads, args, tiles, smem, facts, programmatic, stream);
 }
 
 // x as fp16 hi + lo (split) or one fp16: the two fp16 instances of a variant.
@@ -869,6 +1079,14 @@ cudaError_t launchFp16Variant(XForm form, const MmaArgs& args, int tiles, std::s
                               bool programmatic, cudaStream_t stream) {
     return form == XForm::Fp16Split ? launchMmaTyped<GEGLU, XForm::Fp16Split, D, GPI>(args, tiles, smem, facts, programmatic, stream)
                                     : launchMmaTyped<GEGLU, XForm::Fp16Single, D, GPI>(args, tiles, smem, facts, programmatic, stream);
+}
+
+// The bulk-copy kernel (integer x, sm_90+).
+template <bool GEGLU>
+cudaError_t launchBulkTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts, bool programmatic,
+                            cudaStream_t stream) {
+    static thread_local std::size_t raised = 0;
+    return launchPersistent(fp4MatvecBulkKernel<GEGLU>, raised, kBulkThreads, args, tiles, smem, facts, programmatic, stream);
 }
 
 // Batch 1 on tensor cores: every segment's tiles in one grid.
@@ -901,7 +1119,11 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    if (form == XForm::Integer) {
+    const std::size_t bulkSmem = static_cast<std::size_t>(bulkSharedBytes(groups, GEGLU));
+    if (p.bulkCopies && form == XForm::Integer && !p.twoGroupItems && facts.computeMajor >= 9 &&
+        bulkSmem <= static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) {
+        err = launchBulkTyped<GEGLU>(args, tiles, bulkSmem, facts, pdl, stream);
+    } else if (form == XForm::Integer) {
         if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1>(args, tiles, smem, facts, pdl, stream);
         else if (p.twoGroupItems) err = launchMmaTyped<false, XForm::Integer, 2, 2>(args, tiles, smem, facts, pdl, stream);
         else err = launchMmaTyped<false, XForm::Integer, 4, 1>(args, tiles, smem, facts, pdl, stream);

@@ -129,7 +129,7 @@ double geluTanhRef(double v) {
 }
 
 
-enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split };
+enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Bulk };
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
               bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false,
@@ -162,6 +162,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.singleHalfX = path == Path::SingleHalf;
     p.twoGroupItems = path == Path::TwoGroups;
     p.fp16X = path == Path::Fp16Split;
+    p.bulkCopies = path == Path::Bulk;
     // hi + lo and the fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over
     // 21504 inputs). One fp16 for x is checked below against its own error bound instead.
     const double tol = path == Path::SingleHalf ? 1.0 : 1e-4;
@@ -190,7 +191,8 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                             (forceGlobalX ? " xglobal" : "") +
                             (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x"
                              : path == Path::TwoGroups ? " two-group items"
-                             : path == Path::Fp16Split ? " fp16-x" : "");
+                             : path == Path::Fp16Split ? " fp16-x"
+                             : path == Path::Bulk ? " bulk copies" : "");
     // Near-fp32 paths: 1e-4 of max|ref| over >= 64 outputs, and 1e-5·Σ|w·x| per output always.
     const bool manyOutputs = rows * s.out >= 64;
     if (path != Path::SingleHalf && manyOutputs)
@@ -287,15 +289,29 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                     },
                     10, 50);
             };
-            const double us = timeGeglu(false, false);
-            const double half1 = timeGeglu(false, true), cores = timeGeglu(true, false);
-            const double fp16 = timeGeglu(false, false, true);
-            char line[400];
-            std::snprintf(line, sizeof line,
-                          "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s | fp16-x %6.1f | one-fp16-x %6.1f | cuda-cores %6.1f GB/s",
-                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
-                          us, bytes / us * 1e-3, bytes / fp16 * 1e-3, bytes / half1 * 1e-3, bytes / cores * 1e-3);
-            perfLines.push_back(line);
+            if (path == Path::Bulk) {  // the bulk-copy kernel against the default register pipeline
+                const bool saved = g.bulkCopies;
+                g.bulkCopies = false;
+                const double registers = timeGeglu(false, false);
+                g.bulkCopies = true;
+                const double bulk = timeGeglu(false, false);
+                g.bulkCopies = saved;
+                char line[256];
+                std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  bulk %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
+                              s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), bulk, bytes / bulk * 1e-3,
+                              bytes / registers * 1e-3);
+                perfLines.push_back(line);
+            } else {
+                const double us = timeGeglu(false, false);
+                const double half1 = timeGeglu(false, true), cores = timeGeglu(true, false);
+                const double fp16 = timeGeglu(false, false, true);
+                char line[400];
+                std::snprintf(line, sizeof line,
+                              "%-28s %6lld x %-6lld geglu  %9.2f us  %8.1f GB/s | fp16-x %6.1f | one-fp16-x %6.1f | cuda-cores %6.1f GB/s",
+                              s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
+                              us, bytes / us * 1e-3, bytes / fp16 * 1e-3, bytes / half1 * 1e-3, bytes / cores * 1e-3);
+                perfLines.push_back(line);
+            }
         }
     }
 
@@ -331,6 +347,17 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 },
                 10, 30);
         };
+        if (path == Path::Bulk) {  // p has bulkCopies set: the bulk-copy kernel against the default
+            const double bulk = timeVariant(false, 0, false, false);
+            p.bulkCopies = false;
+            const double registers = timeVariant(false, 0, false, false);
+            char line[256];
+            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec bulk %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
+                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), bulk, bytes / bulk * 1e-3,
+                          bytes / registers * 1e-3);
+            perfLines.push_back(line);
+            return;
+        }
         const double us = timeVariant(false, 0, false, false);
         const double half1 = timeVariant(false, 0, false, true);
         const double c0 = timeVariant(true, 0, false, false);
@@ -351,7 +378,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 // outputs, each checked against its own FP64 reference; the tiles of segment boundaries that are
 // not multiples of 16 rows check the segment lookup.
 void runFused(const std::string& name, std::int64_t in, const std::int64_t (&outs)[3], int rows,
-              std::mt19937_64& rng, Report& report, bool twoGroups = false, bool fp16 = false) {
+              std::mt19937_64& rng, Report& report, bool twoGroups = false, bool fp16 = false, bool bulk = false) {
     std::vector<Fp4Matrix> ws;
     std::vector<DeviceFp4> dws;
     for (std::int64_t o : outs) {
@@ -380,6 +407,7 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     p.extraCount = 2;
     p.twoGroupItems = twoGroups;
     p.fp16X = fp16;
+    p.bulkCopies = bulk;
     for (int k = 1; k < 3; ++k) p.extra[k - 1] = {dws[k].codes.ptr, dws[k].scales.ptr, outs[k], dys[k].ptr};
     for (auto& d : dys) d.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
@@ -398,7 +426,7 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
             for (std::int64_t o = outs[k]; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
         }
         const std::string tag = "fused " + name + " segment " + std::to_string(k) + (rows > 1 ? " b" + std::to_string(rows) : "") +
-                                (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "");
+                                (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "") + (bulk ? " bulk copies" : "");
         report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
         if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
     }
@@ -479,7 +507,7 @@ void runIntegerEdgeCases(std::mt19937_64& rng, Report& report) {
 // poisoned with NaN before each round, so reading x or y1 early gives NaN or stale values. The
 // references use the GPU's own x and y1 (downloaded after the round), so only the ordering is
 // under test, 20 rounds.
-void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
+void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool bulk = false) {
     constexpr std::int64_t kIn = 3840, kMid = 2048, kOut = 512;
     const Fp4Matrix w1 = randomFp4(kMid, kIn, rng), w2 = randomFp4(kOut, kMid, rng);
     DeviceFp4 d1 = upload(w1), d2 = upload(w2);
@@ -502,6 +530,7 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
         HCHECK_STATUS(gemma::cuda::launchRmsNormResidual(norm, nullptr));
         Fp4MatvecParams a = oneVector(d1, kMid, kIn, x.ptr, y1.ptr);
         a.programmaticLaunch = true;
+        a.bulkCopies = bulk;
         HCHECK_STATUS(gemma::cuda::launchFp4Matvec(a, nullptr));
         Fp4MatvecParams b = a;
         b.codes = d2.codes.ptr;
@@ -555,6 +584,20 @@ int main() {
                         gemma::cuda::launchFp4Matvec(bad, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
     }
 
+    // GEMMA_HARNESS_BULK=1: the bulk-copy kernel (Fp4MatvecParams::bulkCopies, sm_90+), an
+    // experiment kept out of the default run until it has run on a GPU: every odd and preset
+    // shape, GeGLU, fused q/k/v and the programmatic chain, each preset shape timed against the
+    // default register pipeline.
+    if (const char* bulk = std::getenv("GEMMA_HARNESS_BULK"); bulk && std::string(bulk) == "1") {
+        std::vector<std::string> perfBulk;
+        for (const auto& s : oddShapes()) runShape(s, 1, rng, report, nullptr, false, perfBulk, false, Path::Bulk);
+        runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, false, /*bulk=*/true);
+        runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, false, /*bulk=*/true);
+        runProgrammaticChain(rng, report, /*bulk=*/true);
+        for (const auto& s : presetShapes()) runShape(s, 1, rng, report, nullptr, !quick, perfBulk, false, Path::Bulk);
+        for (const auto& line : perfBulk) std::printf("%s\n", line.c_str());
+        return report.finish();
+    }
     // GEMMA_SHAPES=<substring>: only the preset shapes whose name contains it, timed (profiling).
     if (const char* only = std::getenv("GEMMA_SHAPES")) {
         std::vector<std::string> perfOnly;
