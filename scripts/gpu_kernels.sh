@@ -8,6 +8,7 @@
 #   GEMMA_SEED=123 scripts/gpu_kernels.sh           # replay a seed
 #   GPU_KERNELS_ARCH=89 scripts/gpu_kernels.sh      # another architecture
 #   GPU_KERNELS_QUICK_RUN=1 scripts/gpu_kernels.sh  # small fixtures in the main runs too (no timing)
+#   GPU_KERNELS_BULK=1 scripts/gpu_kernels.sh       # also the bulk-copy FP4 matvec under the sanitizers
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/kernels-gpu-out}
@@ -75,11 +76,25 @@ for tool in memcheck initcheck racecheck; do
     jobs_list+=($!)
   done
 done
+# GPU_KERNELS_BULK=1: the bulk-copy FP4 matvec experiment (GEMMA_HARNESS_BULK=1) under the three
+# tools too, as the pseudo-harness "bulk" in the table (not in the default run until it has run).
+if [[ "${GPU_KERNELS_BULK:-0}" == 1 ]]; then
+  for tool in memcheck initcheck racecheck; do
+    (
+      GEMMA_HARNESS_BULK=1 GEMMA_HARNESS_QUICK=1 timeout "$SAN_TIMEOUT" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 --print-limit 20 "$BUILD/test_fp4_matvec" > "$SANDIR/$tool.bulk.log" 2>&1
+      echo $? > "$SANDIR/$tool.bulk.rc"
+    ) &
+    jobs_list+=($!)
+  done
+fi
 wait "${jobs_list[@]}"
 SANLOG="$OUT/sanitizer.log"
 : > "$SANLOG"
+SANROWS="$HARNESSES"
+[[ "${GPU_KERNELS_BULK:-0}" == 1 ]] && SANROWS="$SANROWS bulk"
 for tool in memcheck initcheck racecheck; do
-  for h in $HARNESSES; do
+  for h in $SANROWS; do
     { echo "--- $tool $h rc=$(cat "$SANDIR/$tool.$h.rc")"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SUMMARY|Invalid|uninitialized|hazard|Error|FAIL|^seed" "$SANDIR/$tool.$h.log" | head -30; } >> "$SANLOG"
   done
 done
@@ -95,7 +110,7 @@ echo "sanitizers done at $(( $(date +%s) - start )) s"
   echo
   echo "== SUMMARY ($(date -u '+%Y-%m-%d %H:%M UTC'), sm_$ARCH, $(( $(date +%s) - start )) s)"
   printf "%-18s %-6s %-10s %-10s %-10s  %s\n" harness run memcheck initcheck racecheck "harness result"
-  for h in $HARNESSES; do
+  for h in $SANROWS; do
     cells=()
     for tool in memcheck initcheck racecheck; do
       rc=$(cat "$SANDIR/$tool.$h.rc" 2>/dev/null || echo "?")
@@ -103,7 +118,7 @@ echo "sanitizers done at $(( $(date +%s) - start )) s"
       # rc 1 with 0 sanitizer errors: a harness check failed under the tool (see sanitizer.log).
       case $rc in 0) cells+=("ok(${errs:-0})");; 124) cells+=("TIMEOUT");; 1) cells+=("ok(${errs:-?})+CHECK");; *) cells+=("FAIL:$rc");; esac
     done
-    case ${RUN_RC[$h]} in 0) run=PASS;; 77) run=SKIP;; *) run="FAIL:${RUN_RC[$h]}";; esac
+    case ${RUN_RC[$h]:-none} in 0) run=PASS;; 77) run=SKIP;; none) run="-";; *) run="FAIL:${RUN_RC[$h]}";; esac
     printf "%-18s %-6s %-10s %-10s %-10s  %s\n" "$h" "$run" "${cells[0]}" "${cells[1]}" "${cells[2]}" "${RUN_SUM[$h]}"
   done
 } | tee "$SUMMARY"
