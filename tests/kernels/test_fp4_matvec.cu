@@ -170,6 +170,23 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
     std::vector<float> y = dy.download();
+    // The bulk-copy kernel runs the register pipeline's arithmetic in the same order (warp w sums
+    // groups w, w + 8, ... of each tile; the tile reduction is the same), so its outputs must
+    // equal the default kernel's bit for bit.
+    auto sameBits = [&](const std::vector<float>& a, const std::vector<float>& b, std::int64_t outs) {
+        for (int r = 0; r < rows; ++r)
+            for (std::int64_t o = 0; o < outs; ++o)
+                if (std::memcmp(&a[r * yStride + o], &b[r * yStride + o], sizeof(float)) != 0) return false;
+        return true;
+    };
+    if (path == Path::Bulk) {
+        Fp4MatvecParams registers = p;
+        registers.bulkCopies = false;
+        dy.poison();
+        HCHECK_STATUS(gemma::cuda::launchFp4Matvec(registers, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        report.addCheck("matvec " + s.name + " bulk copies bit-identical to the register pipeline", sameBits(y, dy.download(), s.out), "");
+    }
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -240,6 +257,14 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(g, nullptr));
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
+        if (path == Path::Bulk) {
+            Fp4MatvecParams registers = g;
+            registers.bulkCopies = false;
+            dy.poison();
+            HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(registers, nullptr));
+            HCHECK(cudaDeviceSynchronize());
+            report.addCheck("geglu  " + s.name + " bulk copies bit-identical to the register pipeline", sameBits(yg, dy.download(), s.out), "");
+        }
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
