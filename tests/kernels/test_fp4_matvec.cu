@@ -179,14 +179,16 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 if (std::memcmp(&a[r * yStride + o], &b[r * yStride + o], sizeof(float)) != 0) return false;
         return true;
     };
-    if (path == Path::Bulk) {
-        Fp4MatvecParams registers = p;
+    auto checkAgainstRegisters = [&](const Fp4MatvecParams& bulk, bool geglu, const std::vector<float>& got) {
+        Fp4MatvecParams registers = bulk;
         registers.bulkCopies = false;
         dy.poison();
-        HCHECK_STATUS(gemma::cuda::launchFp4Matvec(registers, nullptr));
+        HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(registers, nullptr) : gemma::cuda::launchFp4Matvec(registers, nullptr));
         HCHECK(cudaDeviceSynchronize());
-        report.addCheck("matvec " + s.name + " bulk copies bit-identical to the register pipeline", sameBits(y, dy.download(), s.out), "");
-    }
+        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " bulk copies bit-identical to the register pipeline",
+                        sameBits(got, dy.download(), s.out), "");
+    };
+    if (path == Path::Bulk) checkAgainstRegisters(p, false, y);
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -257,14 +259,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(g, nullptr));
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
-        if (path == Path::Bulk) {
-            Fp4MatvecParams registers = g;
-            registers.bulkCopies = false;
-            dy.poison();
-            HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(registers, nullptr));
-            HCHECK(cudaDeviceSynchronize());
-            report.addCheck("geglu  " + s.name + " bulk copies bit-identical to the register pipeline", sameBits(yg, dy.download(), s.out), "");
-        }
+        if (path == Path::Bulk) checkAgainstRegisters(g, true, yg);
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
