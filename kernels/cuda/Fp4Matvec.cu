@@ -825,14 +825,32 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, std::uint32
 }
 #endif
 
-// The bf16 scales of group G for rows g and g+8 of `tile` (low / high half), as GroupLoad::scales.
-__device__ __forceinline__ std::uint32_t tileScales(const MmaArgs& args, int tile, int g, int G, int groups, bool up) {
+// The bf16 scale rows of rows g and g+8 of a tile (gate, and up with GeGLU); rows past `out` use
+// the last row (valid addresses; their outputs are not stored).
+struct ScaleRows {
+    const std::uint16_t *a = nullptr, *b = nullptr, *upA = nullptr, *upB = nullptr;
+};
+template <bool GEGLU>
+__device__ __forceinline__ ScaleRows scaleRows(const MmaArgs& args, int tile, int g, int groups) {
     const MmaSegment& S = args.segment[segmentOf(args, tile)];
     const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
-    const std::uint16_t* scales = up ? S.upScales : S.scales;
     const std::int64_t rowA = min(row0 + g, S.out - 1), rowB = min(row0 + g + 8, S.out - 1);
-    return static_cast<std::uint32_t>(__ldg(scales + rowA * groups + G)) |
-           (static_cast<std::uint32_t>(__ldg(scales + rowB * groups + G)) << 16);
+    ScaleRows r;
+    r.a = S.scales + rowA * groups;
+    r.b = S.scales + rowB * groups;
+    if constexpr (GEGLU) {
+        r.upA = S.upScales + rowA * groups;
+        r.upB = S.upScales + rowB * groups;
+    }
+    return r;
+}
+// Group G's scales of those rows as GroupLoad::scales (row g low half, row g+8 high); 0 past the
+// row's groups (that group is not computed).
+template <bool GEGLU>
+__device__ __forceinline__ void loadScales(const ScaleRows& r, int G, int groups, std::uint32_t& scales, std::uint32_t& upScales) {
+    if (G >= groups) return;
+    scales = static_cast<std::uint32_t>(__ldg(r.a + G)) | (static_cast<std::uint32_t>(__ldg(r.b + G)) << 16);
+    if constexpr (GEGLU) upScales = static_cast<std::uint32_t>(__ldg(r.upA + G)) | (static_cast<std::uint32_t>(__ldg(r.upB + G)) << 16);
 }
 
 template <bool GEGLU>
@@ -850,7 +868,6 @@ __global__ void __launch_bounds__(kBulkThreads, 2) fp4MatvecBulkKernel(MmaArgs a
     const std::int64_t rowBytes = static_cast<std::int64_t>(groups) * 64;
     const int stagesPerTile = (groups + kBulkGroupsPerStage - 1) / kBulkGroupsPerStage;
     const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
-    const int myStages = myTiles * stagesPerTile;
     std::uint8_t* const planes = stages + static_cast<std::int64_t>(kBulkStages) * W * kBulkStageBytes;
     float* const factors = reinterpret_cast<float*>(planes + kPlanes * planeBytes(groups));
 
@@ -901,51 +918,54 @@ __global__ void __launch_bounds__(kBulkThreads, 2) fp4MatvecBulkKernel(MmaArgs a
     const IntegerLane intLane = integerLane(g, q, planes, factors, groups);
 
     float acc[4] = {0.f, 0.f, 0.f, 0.f}, upAcc[4] = {0.f, 0.f, 0.f, 0.f};
-    // Scales one stage ahead: stage k's are loaded while stage k - 1 computes.
-    auto scalesOf = [&](int k, bool up) -> std::uint32_t {
-        const int G = (k % stagesPerTile) * kBulkGroupsPerStage + warp;
-        if (k >= myStages || G >= groups) return 0u;
-        return tileScales(args, static_cast<int>(blockIdx.x) + (k / stagesPerTile) * static_cast<int>(gridDim.x), g, G, groups, up);
-    };
-    std::uint32_t scales = scalesOf(0, false), upScales = GEGLU ? scalesOf(0, true) : 0u;
-    for (int k = 0; k < myStages; ++k) {
-        const int s = k % kBulkStages;
-        const int st = k % stagesPerTile;
-        const int G = st * kBulkGroupsPerStage + warp;
-        const std::uint32_t nextScales = scalesOf(k + 1, false);
-        const std::uint32_t nextUpScales = GEGLU ? scalesOf(k + 1, true) : 0u;
-        mbarrierWait(&full[s], static_cast<std::uint32_t>((k / kBulkStages) & 1));
-        if (G < groups) {
-            const std::uint8_t* base = stages + static_cast<std::int64_t>(s * W) * kBulkStageBytes + warp * 64 + q * 16;
-            GroupLoad load;
-            load.rowA = *reinterpret_cast<const uint4*>(base + g * kBulkRowPitch);
-            load.rowB = *reinterpret_cast<const uint4*>(base + (g + 8) * kBulkRowPitch);
-            load.scales = scales;
-            groupDotInteger(load, intLane.b, G, intLane.fold, acc);
-            if constexpr (GEGLU) {
-                load.rowA = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + g * kBulkRowPitch);
-                load.rowB = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + (g + 8) * kBulkRowPitch);
-                load.scales = upScales;
-                groupDotInteger(load, intLane.b, G, intLane.fold, upAcc);
+    // Scales one stage ahead: the next stage's are loaded before this stage's wait. The scale rows
+    // of a tile are found once per tile (the current and the next tile's), so a stage's own
+    // bookkeeping is a few adds.
+    const ScaleRows none{};
+    ScaleRows current = scaleRows<GEGLU>(args, static_cast<int>(blockIdx.x), g, groups);
+    ScaleRows next = myTiles > 1 ? scaleRows<GEGLU>(args, static_cast<int>(blockIdx.x + gridDim.x), g, groups) : none;
+    std::uint32_t scales = 0, upScales = 0;
+    loadScales<GEGLU>(current, warp, groups, scales, upScales);
+    int k = 0;
+    for (int t = 0; t < myTiles; ++t) {
+        for (int st = 0; st < stagesPerTile; ++st, ++k) {
+            const int s = k % kBulkStages;
+            const int G = st * kBulkGroupsPerStage + warp;
+            std::uint32_t nextScales = 0, nextUpScales = 0;
+            if (st + 1 < stagesPerTile) loadScales<GEGLU>(current, G + kBulkGroupsPerStage, groups, nextScales, nextUpScales);
+            else if (t + 1 < myTiles) loadScales<GEGLU>(next, warp, groups, nextScales, nextUpScales);
+            mbarrierWait(&full[s], static_cast<std::uint32_t>((k / kBulkStages) & 1));
+            if (G < groups) {
+                const std::uint8_t* base = stages + static_cast<std::int64_t>(s * W) * kBulkStageBytes + warp * 64 + q * 16;
+                GroupLoad load;
+                load.rowA = *reinterpret_cast<const uint4*>(base + g * kBulkRowPitch);
+                load.rowB = *reinterpret_cast<const uint4*>(base + (g + 8) * kBulkRowPitch);
+                load.scales = scales;
+                groupDotInteger(load, intLane.b, G, intLane.fold, acc);
+                if constexpr (GEGLU) {
+                    load.rowA = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + g * kBulkRowPitch);
+                    load.rowB = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + (g + 8) * kBulkRowPitch);
+                    load.scales = upScales;
+                    groupDotInteger(load, intLane.b, G, intLane.fold, upAcc);
+                }
             }
+            __syncwarp();
+            if (lane == 0) mbarrierArrive(&empty[s]);
+            scales = nextScales;
+            upScales = nextUpScales;
         }
-        __syncwarp();
-        if (lane == 0) mbarrierArrive(&empty[s]);
-        scales = nextScales;
-        upScales = nextUpScales;
-        if (st == stagesPerTile - 1) {
-            // End of a tile: row sums to shared memory (double buffered), one consumer barrier,
-            // warp (tile % 8) stores the 16 outputs.
-            const int mine = k / stagesPerTile;
-            const int buffer = mine & 1;
-            float rowA, rowB, upRowA = 0.0f, upRowB = 0.0f;
-            integerRowSums(acc, intLane, rowA, rowB);
-            if constexpr (GEGLU) integerRowSums(upAcc, intLane, upRowA, upRowB);
-            if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, rowA, rowB, upRowA, upRowB);
-            consumerBarrier();
-            if (warp == (mine & (kBulkConsumerWarps - 1)) && lane < kMmaTileRows)
-                storeTileRow<GEGLU>(args, static_cast<int>(blockIdx.x) + mine * static_cast<int>(gridDim.x), lane, partial[buffer], 1.0f);
-        }
+        // End of tile t: row sums to shared memory (double buffered), one consumer barrier, warp
+        // (t % 8) stores the 16 outputs.
+        const int buffer = t & 1;
+        float rowA, rowB, upRowA = 0.0f, upRowB = 0.0f;
+        integerRowSums(acc, intLane, rowA, rowB);
+        if constexpr (GEGLU) integerRowSums(upAcc, intLane, upRowA, upRowB);
+        if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, rowA, rowB, upRowA, upRowB);
+        consumerBarrier();
+        if (warp == (t & (kBulkConsumerWarps - 1)) && lane < kMmaTileRows)
+            storeTileRow<GEGLU>(args, static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x), lane, partial[buffer], 1.0f);
+        current = next;
+        if (t + 2 < myTiles) next = scaleRows<GEGLU>(args, static_cast<int>(blockIdx.x) + (t + 2) * static_cast<int>(gridDim.x), g, groups);
     }
 #endif
 }
