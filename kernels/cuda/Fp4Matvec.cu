@@ -478,14 +478,17 @@ __device__ __forceinline__ void integerRowSums(float (&acc)[4], const IntegerLan
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
 }
 
-// Σ over one group for rows g and g+8. The lane's 16 code bytes per row are 4 words; word j holds
-// inputs 32q + 8j + (0..7): nibbles 0..3 → k-slots 4q..4q+3, nibbles 4..7 → 16+4q..16+4q+3 of
-// mma j (the A fragment of m16n8k32), so the B fragment of mma j is 8 consecutive x bytes of the
-// lane's column at inputs 32q + 8j: the 32 bytes of a lane are two 16-byte loads.
-// acc[0], acc[2]: rows g, g+8 of the lane's first column (column 0 folded with the ones column
-// on q = 0 lanes); acc[1], acc[3]: its second column.
-__device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const IntegerB& b, int group, int fold,
-                                                float (&acc)[4]) {
+// The lane's B fragments of one group (the 4 mmas' pairs) and the group's factor of x: loaded
+// once per group and shared by the gate and up weights of a GeGLU. The lane's 16 code bytes per
+// row are 4 words; word j holds inputs 32q + 8j + (0..7): nibbles 0..3 → k-slots 4q..4q+3,
+// nibbles 4..7 → 16+4q..16+4q+3 of mma j (the A fragment of m16n8k32), so the B fragment of mma j
+// is 8 consecutive x bytes of the lane's column at inputs 32q + 8j: the 32 bytes of a lane are two
+// 16-byte loads.
+struct IntegerX {
+    std::uint32_t b[8];
+    float factor;
+};
+__device__ __forceinline__ IntegerX loadIntegerX(const IntegerB& b, int group) {
     uint4 x0, x1;
     if (b.plane) {
         x0 = b.plane[group * 8];
@@ -493,7 +496,13 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
     } else {
         x0 = x1 = make_uint4(b.constant, b.constant, b.constant, b.constant);
     }
-    const std::uint32_t bx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    return {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}, b.factor[group]};
+}
+
+// Σ over one group for rows g and g+8 (x from loadIntegerX).
+// acc[0], acc[2]: rows g, g+8 of the lane's first column (column 0 folded with the ones column
+// on q = 0 lanes); acc[1], acc[3]: its second column.
+__device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const IntegerX& x, int fold, float (&acc)[4]) {
     const std::uint32_t wordsA[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w};
     const std::uint32_t wordsB[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
     // One chain per sign (four chains per group, by word parity, measured no faster).
@@ -506,13 +515,12 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
         formats::fp4decode::decodeInt8Quad(wordsB[j], p[1], n[1]);
         formats::fp4decode::decodeInt8Quad(wordsA[j] >> 16, p[2], n[2]);
         formats::fp4decode::decodeInt8Quad(wordsB[j] >> 16, p[3], n[3]);
-        imma16832(pos, p, bx[2 * j], bx[2 * j + 1]);
-        imma16832(neg, n, bx[2 * j], bx[2 * j + 1]);
+        imma16832(pos, p, x.b[2 * j], x.b[2 * j + 1]);
+        imma16832(neg, n, x.b[2 * j], x.b[2 * j + 1]);
     }
     const int c0 = pos[0] - neg[0], c1 = pos[1] - neg[1], c2 = pos[2] - neg[2], c3 = pos[3] - neg[3];
-    const float xFactor = b.factor[group];
-    const float scaleA = __uint_as_float(g.scales << 16) * xFactor;
-    const float scaleB = __uint_as_float(g.scales & 0xFFFF0000u) * xFactor;
+    const float scaleA = __uint_as_float(g.scales << 16) * x.factor;
+    const float scaleB = __uint_as_float(g.scales & 0xFFFF0000u) * x.factor;
     acc[0] = fmaf(static_cast<float>(c0 - fold * c1), scaleA, acc[0]);
     acc[1] = fmaf(static_cast<float>(c1), scaleA, acc[1]);
     acc[2] = fmaf(static_cast<float>(c2 - fold * c3), scaleB, acc[2]);
@@ -745,8 +753,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 if (GPI > 1 && local >= myGroups) break;
                 const int G = warp + local * kMmaWarps;
                 if constexpr (INTEGER) {
-                    groupDotInteger(slot[u][s], intLane.b, G, intLane.fold, intAcc);
-                    if constexpr (GEGLU) groupDotInteger(slotUp[u][s], intLane.b, G, intLane.fold, intUpAcc);
+                    const IntegerX xg = loadIntegerX(intLane.b, G);
+                    groupDotInteger(slot[u][s], xg, intLane.fold, intAcc);
+                    if constexpr (GEGLU) groupDotInteger(slotUp[u][s], xg, intLane.fold, intUpAcc);
                 } else {
                     groupDot<SPLIT>(slot[u][s], xsLane + G * 16, q, accA, accB);
                     if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
@@ -937,16 +946,17 @@ __global__ void __launch_bounds__(kBulkThreads, 2) fp4MatvecBulkKernel(MmaArgs a
             mbarrierWait(&full[s], static_cast<std::uint32_t>((k / kBulkStages) & 1));
             if (G < groups) {
                 const std::uint8_t* base = stages + static_cast<std::int64_t>(s * W) * kBulkStageBytes + warp * 64 + q * 16;
+                const IntegerX xg = loadIntegerX(intLane.b, G);
                 GroupLoad load;
                 load.rowA = *reinterpret_cast<const uint4*>(base + g * kBulkRowPitch);
                 load.rowB = *reinterpret_cast<const uint4*>(base + (g + 8) * kBulkRowPitch);
                 load.scales = scales;
-                groupDotInteger(load, intLane.b, G, intLane.fold, acc);
+                groupDotInteger(load, xg, intLane.fold, acc);
                 if constexpr (GEGLU) {
                     load.rowA = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + g * kBulkRowPitch);
                     load.rowB = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + (g + 8) * kBulkRowPitch);
                     load.scales = upScales;
-                    groupDotInteger(load, intLane.b, G, intLane.fold, upAcc);
+                    groupDotInteger(load, xg, intLane.fold, upAcc);
                 }
             }
             __syncwarp();
