@@ -142,13 +142,7 @@ __device__ __forceinline__ void allowDependentsToStart() {
 #endif
 }
 
-// ---- device: byte permute, GELU ------------------------------------------------------------------
-__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
-    std::uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
+// ---- device: GELU ---------------------------------------------------------------------------------
 // gelu with the tanh approximation (GEMMA4.md: hidden_activation gelu_pytorch_tanh).
 __device__ __forceinline__ float geluTanh(float v) {
     const float kAlpha = 0.7978845608028654f;  // sqrt(2/pi)

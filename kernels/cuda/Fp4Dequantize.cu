@@ -32,12 +32,15 @@
 // never written (the +0 padding codes past `in` are decoded but not stored).
 #include "Fp4Dequantize.h"
 
+#include <kernels/Fp4Decode.h>
 #include <kernels/WeightFormats.h>
 
 #include "CudaCommon.h"
 
 namespace gemma::cuda {
 namespace fp4dequant {
+
+using formats::fp4decode::permuteBytes;  // prmt.b32 (kernels/Fp4Decode.h)
 
 
 // bf16(e2m1Magnitude(m) × scale) for m = 0..7 as byte planes: lo0 = low bytes of m 0..3,
@@ -62,10 +65,10 @@ __device__ __forceinline__ GroupTable makeTable(std::uint16_t scaleBits, float m
     const std::uint32_t p45 = t[4] | (t[5] << 16);
     const std::uint32_t p67 = t[6] | (t[7] << 16);
     GroupTable g;
-    g.lo0 = prmt(p01, p23, 0x6420u);  // bytes 0, 2 of p01 and of p23
-    g.hi0 = prmt(p01, p23, 0x7531u);  // bytes 1, 3
-    g.lo1 = prmt(p45, p67, 0x6420u);
-    g.hi1 = prmt(p45, p67, 0x7531u);
+    g.lo0 = permuteBytes(p01, p23, 0x6420u);  // bytes 0, 2 of p01 and of p23
+    g.hi0 = permuteBytes(p01, p23, 0x7531u);  // bytes 1, 3
+    g.lo1 = permuteBytes(p45, p67, 0x6420u);
+    g.hi1 = permuteBytes(p45, p67, 0x7531u);
     return g;
 }
 
@@ -73,21 +76,21 @@ __device__ __forceinline__ GroupTable makeTable(std::uint16_t scaleBits, float m
 __device__ __forceinline__ uint4 decode8(std::uint32_t w, const GroupTable& g) {
     const std::uint32_t mag = w & 0x77777777u;
     const std::uint32_t magHi = mag >> 16;
-    const std::uint32_t loA = prmt(g.lo0, g.lo1, mag);  // weights 0..3 (selector: low 16 bits)
-    const std::uint32_t hiA = prmt(g.hi0, g.hi1, mag);
-    const std::uint32_t loB = prmt(g.lo0, g.lo1, magHi);  // weights 4..7
-    const std::uint32_t hiB = prmt(g.hi0, g.hi1, magHi);
+    const std::uint32_t loA = permuteBytes(g.lo0, g.lo1, mag);  // weights 0..3 (selector: low 16 bits)
+    const std::uint32_t hiA = permuteBytes(g.hi0, g.hi1, mag);
+    const std::uint32_t loB = permuteBytes(g.lo0, g.lo1, magHi);  // weights 4..7
+    const std::uint32_t hiB = permuteBytes(g.hi0, g.hi1, magHi);
     // Sign-replicate mode over the pool {w, w << 4}: byte k = 0xFF when weight k is negative.
     const std::uint32_t w4 = w << 4;
-    const std::uint32_t signA = prmt(w, w4, 0x9D8Cu);
-    const std::uint32_t signB = prmt(w, w4, 0xBFAEu);
+    const std::uint32_t signA = permuteBytes(w, w4, 0x9D8Cu);
+    const std::uint32_t signB = permuteBytes(w, w4, 0xBFAEu);
     const std::uint32_t hiAs = hiA ^ (signA & 0x80808080u);
     const std::uint32_t hiBs = hiB ^ (signB & 0x80808080u);
     uint4 r;
-    r.x = prmt(loA, hiAs, 0x5140u);  // [lo0, hi0, lo1, hi1]
-    r.y = prmt(loA, hiAs, 0x7362u);  // [lo2, hi2, lo3, hi3]
-    r.z = prmt(loB, hiBs, 0x5140u);
-    r.w = prmt(loB, hiBs, 0x7362u);
+    r.x = permuteBytes(loA, hiAs, 0x5140u);  // [lo0, hi0, lo1, hi1]
+    r.y = permuteBytes(loA, hiAs, 0x7362u);  // [lo2, hi2, lo3, hi3]
+    r.z = permuteBytes(loB, hiBs, 0x5140u);
+    r.w = permuteBytes(loB, hiBs, 0x7362u);
     return r;
 }
 
