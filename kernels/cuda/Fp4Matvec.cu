@@ -359,6 +359,15 @@ __device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xs, in
     accB = fmaf(sumB, __uint_as_float(g.scales & 0xFFFF0000u), accB);
 }
 
+// x[base .. base+3], zero past `in`.
+__device__ __forceinline__ float4 loadX4(const float* __restrict__ x, std::int64_t in, std::int64_t base) {
+    if (base + 4 <= in) return __ldg(reinterpret_cast<const float4*>(x + base));
+    float t[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? __ldg(x + base + e) : 0.0f;
+    return make_float4(t[0], t[1], t[2], t[3]);
+}
+
 // x → fp16 hi/lo pieces in shared memory (see the kernel); piece c = inputs 8c .. 8c+7, zero past
 // `in`. Each thread converts up to kStagePieces pieces per pass with all their loads issued
 // first: x comes from L2, and a loop of dependent round trips here delays every warp.
@@ -373,16 +382,8 @@ __device__ __forceinline__ void stageX(const float* __restrict__ x, std::int64_t
         for (int k = 0; k < kStagePieces; ++k) {
             const int c = first + k * kMmaThreads;
             const std::int64_t base = static_cast<std::int64_t>(c) * 8;
-            if (c < pieces && base + 8 <= in) {
-                v[k][0] = __ldg(reinterpret_cast<const float4*>(x + base));
-                v[k][1] = __ldg(reinterpret_cast<const float4*>(x + base + 4));
-            } else {
-                float t[8];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) t[e] = c < pieces && base + e < in ? __ldg(x + base + e) : 0.0f;
-                v[k][0] = make_float4(t[0], t[1], t[2], t[3]);
-                v[k][1] = make_float4(t[4], t[5], t[6], t[7]);
-            }
+            v[k][0] = c < pieces ? loadX4(x, in, base) : make_float4(0.f, 0.f, 0.f, 0.f);
+            v[k][1] = c < pieces ? loadX4(x, in, base + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int k = 0; k < kStagePieces; ++k) {
@@ -527,14 +528,6 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
     acc[3] = fmaf(static_cast<float>(c3), scaleB, acc[3]);
 }
 
-// x[base .. base+3], zero past `in`.
-__device__ __forceinline__ float4 loadX4(const float* __restrict__ x, std::int64_t in, std::int64_t base) {
-    if (base + 4 <= in) return __ldg(reinterpret_cast<const float4*>(x + base));
-    float t[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? __ldg(x + base + e) : 0.0f;
-    return make_float4(t[0], t[1], t[2], t[3]);
-}
 __device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
 // x → the four byte planes and the group factors (see above), one pass: a thread converts a piece
