@@ -34,19 +34,21 @@ struct Device {
 // Launches per graph in the kernel table (each a different weight copy where there are enough).
 constexpr int kLaunchesPerGraph = 20;
 
-// Median milliseconds of `repeats` timed calls after `warmup` untimed ones.
-bool medianMs(const std::function<bool()>& body, int warmup, int repeats, double& ms, std::string& error) {
+// Median milliseconds of `repeats` timed calls after `warmup` untimed ones (the events are
+// recorded in `stream`, where the body's work must go).
+bool medianMs(const std::function<bool()>& body, int warmup, int repeats, double& ms, std::string& error,
+              cudaStream_t stream = nullptr) {
     cudaEvent_t start, stop;
     BENCH_CHECK(cudaEventCreate(&start));
     BENCH_CHECK(cudaEventCreate(&stop));
     std::vector<float> samples;
     for (int i = 0; i < warmup + repeats; ++i) {
-        BENCH_CHECK(cudaEventRecord(start));
+        BENCH_CHECK(cudaEventRecord(start, stream));
         if (!body()) {
             error = "launch failed: " + std::string(cudaGetErrorString(cudaGetLastError()));
             return false;
         }
-        BENCH_CHECK(cudaEventRecord(stop));
+        BENCH_CHECK(cudaEventRecord(stop, stream));
         BENCH_CHECK(cudaEventSynchronize(stop));
         float elapsed = 0.0f;
         BENCH_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
@@ -70,18 +72,13 @@ bool graphMedianMs(const std::function<bool(cudaStream_t, int)>& launch, int per
         cudaStream_t stream = nullptr;
         cudaGraph_t graph = nullptr;
         cudaGraphExec_t exec = nullptr;
-        cudaEvent_t start = nullptr, stop = nullptr;
         ~Resources() {
             if (exec) cudaGraphExecDestroy(exec);
             if (graph) cudaGraphDestroy(graph);
-            if (start) cudaEventDestroy(start);
-            if (stop) cudaEventDestroy(stop);
             if (stream) cudaStreamDestroy(stream);
         }
     } r;
     BENCH_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
-    BENCH_CHECK(cudaEventCreate(&r.start));
-    BENCH_CHECK(cudaEventCreate(&r.stop));
     if (!launch(r.stream, 0)) {
         error = "launch failed: " + std::string(cudaGetErrorString(cudaGetLastError()));
         return false;
@@ -97,18 +94,10 @@ bool graphMedianMs(const std::function<bool(cudaStream_t, int)>& launch, int per
     }
     BENCH_CHECK(captured);
     BENCH_CHECK(cudaGraphInstantiate(&r.exec, r.graph, 0));
-    std::vector<float> samples;
-    for (int i = 0; i < warmup + repeats; ++i) {
-        BENCH_CHECK(cudaEventRecord(r.start, r.stream));
-        BENCH_CHECK(cudaGraphLaunch(r.exec, r.stream));
-        BENCH_CHECK(cudaEventRecord(r.stop, r.stream));
-        BENCH_CHECK(cudaEventSynchronize(r.stop));
-        float elapsed = 0.0f;
-        BENCH_CHECK(cudaEventElapsedTime(&elapsed, r.start, r.stop));
-        if (i >= warmup) samples.push_back(elapsed / static_cast<float>(perGraph));
-    }
-    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-    ms = samples[samples.size() / 2];
+    double graphMs = 0.0;
+    if (!medianMs([&] { return cudaGraphLaunch(r.exec, r.stream) == cudaSuccess; }, warmup, repeats, graphMs, error, r.stream))
+        return false;
+    ms = graphMs / perGraph;
     return true;
 }
 
