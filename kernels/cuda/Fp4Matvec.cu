@@ -314,6 +314,11 @@ struct GroupLoad {
     std::uint32_t scales;  // row g's bf16 scale in the low half, row g+8's in the high half
 };
 
+// Row g's bf16 scale of `group` in the low half, row g+8's in the high half.
+__device__ __forceinline__ std::uint32_t loadGroupScales(const std::uint16_t* scalesA, const std::uint16_t* scalesB, int group) {
+    return static_cast<std::uint32_t>(__ldg(scalesA + group)) | (static_cast<std::uint32_t>(__ldg(scalesB + group)) << 16);
+}
+
 // codesA/codesB already include the lane's offset inside a group's 64-byte slice.
 __device__ __forceinline__ void loadGroupRows(const std::uint8_t* codesA, const std::uint8_t* codesB,
                                           const std::uint16_t* scalesA, const std::uint16_t* scalesB,
@@ -321,7 +326,23 @@ __device__ __forceinline__ void loadGroupRows(const std::uint8_t* codesA, const 
     const std::int64_t byte = static_cast<std::int64_t>(group) * 64;
     g.rowA = ldgStream16(codesA + byte);
     g.rowB = ldgStream16(codesB + byte);
-    g.scales = static_cast<std::uint32_t>(__ldg(scalesA + group)) | (static_cast<std::uint32_t>(__ldg(scalesB + group)) << 16);
+    g.scales = loadGroupScales(scalesA, scalesB, group);
+}
+
+// Asynchronous 16-byte global → shared copies (sm_80+), completed per thread in commit order:
+// after waitAsyncCopies<N>() at most N of the thread's committed groups are still in flight, and
+// the completed copies are visible to the thread that issued them (no barrier needed when a lane
+// reads only what it copied). .cg: cached in L2 only, the weights are read once.
+__device__ __forceinline__ std::uint32_t sharedAddress(const void* p) {
+    return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void copyAsync16(void* sharedDst, const void* globalSrc) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sharedAddress(sharedDst)), "l"(globalSrc) : "memory");
+}
+__device__ __forceinline__ void commitAsyncCopies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void waitAsyncCopies() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Σ over one group for rows g (accA) and g+8 (accB): 4 words per row, 2 mmas per word.
@@ -430,6 +451,12 @@ constexpr int kPlanePad = 16;                       // bytes after each plane: c
 __host__ __device__ constexpr std::int64_t planeBytes(std::int64_t groups) { return groups * 128 + kPlanePad; }
 // Shared memory of the integer x: the planes, then one float per group (2^-E_G / 2).
 __host__ __device__ constexpr std::int64_t integerXBytes(std::int64_t groups) { return kPlanes * planeBytes(groups) + groups * 4; }
+// The same in 16-byte units, rounded up: where the async-copy ring starts.
+__host__ __device__ constexpr std::int64_t integerXVectors(std::int64_t groups) { return (integerXBytes(groups) + 15) / 16; }
+// Shared memory of the ring: 8 warps × D slots × 1 KB per weight.
+__host__ __device__ constexpr std::int64_t ringBytes(int depth, bool geglu) {
+    return static_cast<std::int64_t>(kMmaWarps) * depth * (geglu ? 2 : 1) * 1024;
+}
 
 __device__ __forceinline__ void imma16832(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -651,7 +678,11 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // refilled at once with the item D ahead, across tile boundaries, so the memory pipe never drains
 // between tiles. At the end of each tile the warps' partial sums meet in shared memory (double
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
-template <bool GEGLU, XForm X, int D, int GPI>
+// RING (integer x, GPI 1): the D items in flight are asynchronous copies into the warp's ring of
+// D shared-memory slots (ringBytes) instead of registers, so D is bounded by shared memory, not
+// by the 128 registers of two blocks per SM; the lane reads back only the 32 bytes it copied.
+// Scales stay register loads (one word per item). Same arithmetic, same order: bit-identical.
+template <bool GEGLU, XForm X, int D, int GPI, bool RING = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
@@ -673,21 +704,38 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
     if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
+    static_assert(!RING || (INTEGER && GPI == 1), "the ring holds one group per item, integer x");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
-    auto fetch = [&](GroupLoad (&dst)[GPI], GroupLoad (&dstUp)[GPI]) {
+    // The ring (RING only): after x, per warp D slots × (gate, up) × (rows g, g+8) × 32 lanes × 16 B.
+    uint4* const ring = reinterpret_cast<uint4*>(xsRaw) + integerXVectors(groups) + warp * D * (GEGLU ? 2 : 1) * 64 + lane;
+    auto ringSlot = [&](int u, int weight) { return ring + (u * (GEGLU ? 2 : 1) + weight) * 64; };
+    auto fetch = [&](int u) {
+        GroupLoad (&dst)[GPI] = slot[u];
+        GroupLoad (&dstUp)[GPI] = slotUp[GEGLU ? u : 0];
 #pragma unroll
         for (int s = 0; s < GPI; ++s) {
             const int local = loadItem * GPI + s;
             if (GPI > 1 && local >= myGroups) break;  // a partial last item: its slot is not read
             const int G = warp + local * kMmaWarps;
+            const std::ptrdiff_t codeDelta = GEGLU ? args.segment[0].upCodes - args.segment[0].codes : 0;
+            const std::ptrdiff_t scaleDelta = GEGLU ? args.segment[0].upScales - args.segment[0].scales : 0;
+            if constexpr (RING) {
+                const std::int64_t byte = static_cast<std::int64_t>(G) * 64;
+                copyAsync16(ringSlot(u, 0), loadRows.codesA + byte);
+                copyAsync16(ringSlot(u, 0) + 32, loadRows.codesB + byte);
+                dst[s].scales = loadGroupScales(loadRows.scalesA, loadRows.scalesB, G);
+                if constexpr (GEGLU) {
+                    copyAsync16(ringSlot(u, 1), loadRows.codesA + codeDelta + byte);
+                    copyAsync16(ringSlot(u, 1) + 32, loadRows.codesB + codeDelta + byte);
+                    dstUp[s].scales = loadGroupScales(loadRows.scalesA + scaleDelta, loadRows.scalesB + scaleDelta, G);
+                }
+                continue;
+            }
             loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, dst[s]);
-            if constexpr (GEGLU) {
-                const std::ptrdiff_t codeDelta = args.segment[0].upCodes - args.segment[0].codes;
-                const std::ptrdiff_t scaleDelta = args.segment[0].upScales - args.segment[0].scales;
+            if constexpr (GEGLU)
                 loadGroupRows(loadRows.codesA + codeDelta, loadRows.codesB + codeDelta, loadRows.scalesA + scaleDelta,
                               loadRows.scalesB + scaleDelta, G, dstUp[s]);
-            }
         }
         if (++loadItem == myItems) {
             loadItem = 0;
@@ -700,8 +748,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // for it (gridDependencyWait: a no-op without a programmatic dependency).
     allowDependentsToStart();
 #pragma unroll
-    for (int u = 0; u < D; ++u)
-        if (u < items) fetch(slot[u], slotUp[u]);
+    for (int u = 0; u < D; ++u) {
+        if (u < items) fetch(u);
+        if constexpr (RING) commitAsyncCopies();  // one group per slot, empty or not: see below
+    }
     gridDependencyWait();
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
@@ -740,6 +790,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             if (k0 + u >= items) break;
+            if constexpr (RING) {
+                // Groups committed so far: D + (items computed); this item's is the oldest of
+                // the D still open, so at most D - 1 may stay in flight.
+                waitAsyncCopies<D - 1>();
+                slot[u][0].rowA = ringSlot(u, 0)[0];
+                slot[u][0].rowB = ringSlot(u, 0)[32];
+                if constexpr (GEGLU) {
+                    slotUp[u][0].rowA = ringSlot(u, 1)[0];
+                    slotUp[u][0].rowB = ringSlot(u, 1)[32];
+                }
+            }
 #pragma unroll
             for (int s = 0; s < GPI; ++s) {
                 const int local = computeItem * GPI + s;
@@ -754,7 +815,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                     if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
                 }
             }
-            if (k0 + u + D < items) fetch(slot[u], slotUp[u]);
+            // The refill follows the mmas that consumed the slot (their operands were read back
+            // first), so the copies cannot overwrite a slot still being read.
+            if (k0 + u + D < items) fetch(u);
+            if constexpr (RING) commitAsyncCopies();
             if (++computeItem == myItems) {
                 computeItem = 0;
                 flush(computeTile++);
@@ -764,213 +828,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
     if (myGroups == 0)
         for (int t = 0; t < myTiles; ++t) flush(t);
-}
-
-// ---- batch-1 integer matvec fed by bulk copies (sm_90+, an experiment: Fp4MatvecParams::bulkCopies) ----
-// The integer path's math and tiles, with the weights moved by the copy engine instead of by the
-// lanes: a ninth (producer) warp issues cp.async.bulk copies of each 16-row tile's codes into a
-// ring of shared-memory stages (one row segment of 8 groups, 512 bytes, per copy; rows 576 bytes
-// apart so that rows g and g+1 of a lane pair land on disjoint banks), completed by mbarriers;
-// the 8 consumer warps take one group each per stage. A consumer holds no load registers and
-// computes no weight addresses: its loop is two shared loads per row pair, the decode and the
-// mmas (the register pipeline's loop spends ≈ 200 of ≈ 260 instructions per item on bookkeeping,
-// docs/PERFORMANCE.md version 4). Scales stay lane loads (a row's scales are not 16-byte aligned),
-// issued one stage ahead.
-constexpr int kBulkConsumerWarps = kMmaWarps;  // one group of a stage each
-constexpr int kBulkThreads = 32 * (kBulkConsumerWarps + 1);
-constexpr int kBulkStages = 4;
-constexpr int kBulkGroupsPerStage = kBulkConsumerWarps;
-constexpr int kBulkRowPitch = kBulkGroupsPerStage * 64 + 64;  // 576: 144 words, rows g and g+1 16 banks apart
-constexpr int kBulkStageBytes = kMmaTileRows * kBulkRowPitch;
-constexpr int kBulkConsumerBarrier = 1;  // named barrier of the 256 consumer threads (0 is __syncthreads)
-
-// Shared memory of the bulk kernel: the stages (GeGLU: gate and up per stage), then the integer x.
-__host__ __device__ constexpr std::int64_t bulkSharedBytes(std::int64_t groups, bool geglu) {
-    return static_cast<std::int64_t>(kBulkStages) * (geglu ? 2 : 1) * kBulkStageBytes + integerXBytes(groups);
-}
-
-__device__ __forceinline__ std::uint32_t sharedAddress(const void* p) {
-    return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void consumerBarrier() {
-    asm volatile("bar.sync %0, %1;\n" ::"n"(kBulkConsumerBarrier), "n"(kBulkConsumerWarps * 32) : "memory");
-}
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void mbarrierInit(std::uint64_t* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrierExpectBytes(std::uint64_t* bar, std::uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarrierArrive(std::uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(bar)) : "memory");
-}
-// Returns once the barrier's phase with this parity has completed.
-__device__ __forceinline__ void mbarrierWait(std::uint64_t* bar, std::uint32_t parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred complete;\n"
-        "WAIT_AGAIN:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%0], %1;\n"
-        "@!complete bra WAIT_AGAIN;\n"
-        "}\n" ::"r"(sharedAddress(bar)),
-        "r"(parity)
-        : "memory");
-}
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the
-// copy engine; completion is counted on `bar` as transaction bytes.
-__device__ __forceinline__ void bulkCopy(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     sharedAddress(dst)),
-                 "l"(src), "r"(bytes), "r"(sharedAddress(bar))
-                 : "memory");
-}
-#endif
-
-// The bf16 scale rows of rows g and g+8 of a tile (gate, and up with GeGLU); rows past `out` use
-// the last row (valid addresses; their outputs are not stored).
-struct ScaleRows {
-    const std::uint16_t *a = nullptr, *b = nullptr, *upA = nullptr, *upB = nullptr;
-};
-template <bool GEGLU>
-__device__ __forceinline__ ScaleRows scaleRows(const MmaArgs& args, int tile, int g, int groups) {
-    const MmaSegment& S = args.segment[segmentOf(args, tile)];
-    const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
-    const std::int64_t rowA = min(row0 + g, S.out - 1), rowB = min(row0 + g + 8, S.out - 1);
-    ScaleRows r;
-    r.a = S.scales + rowA * groups;
-    r.b = S.scales + rowB * groups;
-    if constexpr (GEGLU) {
-        r.upA = S.upScales + rowA * groups;
-        r.upB = S.upScales + rowB * groups;
-    }
-    return r;
-}
-// Group G's scales of those rows as GroupLoad::scales (row g low half, row g+8 high); 0 past the
-// row's groups (that group is not computed).
-template <bool GEGLU>
-__device__ __forceinline__ void loadScales(const ScaleRows& r, int G, int groups, std::uint32_t& scales, std::uint32_t& upScales) {
-    if (G >= groups) return;
-    scales = static_cast<std::uint32_t>(__ldg(r.a + G)) | (static_cast<std::uint32_t>(__ldg(r.b + G)) << 16);
-    if constexpr (GEGLU) upScales = static_cast<std::uint32_t>(__ldg(r.upA + G)) | (static_cast<std::uint32_t>(__ldg(r.upB + G)) << 16);
-}
-
-template <bool GEGLU>
-__global__ void __launch_bounds__(kBulkThreads, 2) fp4MatvecBulkKernel(MmaArgs args, int tiles) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr int W = GEGLU ? 2 : 1;  // weights per stage
-    extern __shared__ float4 bulkRaw[];
-    __shared__ __align__(8) std::uint64_t full[kBulkStages], empty[kBulkStages];
-    __shared__ float partial[2][kBulkConsumerWarps][W][kMmaTileRows];
-    std::uint8_t* const stages = reinterpret_cast<std::uint8_t*>(bulkRaw);
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const std::int64_t in = args.in;
-    const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
-    const std::int64_t rowBytes = static_cast<std::int64_t>(groups) * 64;
-    const int stagesPerTile = (groups + kBulkGroupsPerStage - 1) / kBulkGroupsPerStage;
-    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
-    std::uint8_t* const planes = stages + static_cast<std::int64_t>(kBulkStages) * W * kBulkStageBytes;
-    float* const factors = reinterpret_cast<float*>(planes + kPlanes * planeBytes(groups));
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kBulkStages; ++s) {
-            mbarrierInit(&full[s], 1);                   // the producer's expect-bytes arrival
-            mbarrierInit(&empty[s], kBulkConsumerWarps);  // one arrival per consumer warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    allowDependentsToStart();
-
-    if (warp == kBulkConsumerWarps) {
-        // Producer: weights only (they do not depend on the previous kernel, so no wait here; the
-        // consumers wait before they read x or write y).
-        if (lane == 0) {
-            int k = 0;
-            for (int t = 0; t < myTiles; ++t) {
-                const int tile = static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x);
-                const MmaSegment& S = args.segment[segmentOf(args, tile)];
-                const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
-                for (int st = 0; st < stagesPerTile; ++st, ++k) {
-                    const int s = k % kBulkStages;
-                    if (k >= kBulkStages) mbarrierWait(&empty[s], static_cast<std::uint32_t>((k / kBulkStages - 1) & 1));
-                    const int g0 = st * kBulkGroupsPerStage;
-                    const std::uint32_t segmentBytes = static_cast<std::uint32_t>(min(kBulkGroupsPerStage, groups - g0) * 64);
-                    mbarrierExpectBytes(&full[s], segmentBytes * kMmaTileRows * W);
-                    for (int r = 0; r < kMmaTileRows; ++r) {
-                        // Rows past `out` re-read the last row (a valid address; not stored).
-                        const std::int64_t offset = min(row0 + r, S.out - 1) * rowBytes + g0 * 64;
-                        std::uint8_t* dst = stages + static_cast<std::int64_t>(s * W) * kBulkStageBytes + r * kBulkRowPitch;
-                        bulkCopy(dst, S.codes + offset, segmentBytes, &full[s]);
-                        if constexpr (GEGLU) bulkCopy(dst + kBulkStageBytes, S.upCodes + offset, segmentBytes, &full[s]);
-                    }
-                }
-            }
-        }
-        return;  // the consumers' barriers are named barriers of their 256 threads
-    }
-
-    // Consumers (warps 0..7, threads 0..255: the staging code's thread range).
-    const int g = lane >> 2;
-    const int q = lane & 3;
-    gridDependencyWait();
-    stageXInteger(args.x, in, groups, planes, factors);
-    consumerBarrier();
-    const IntegerLane intLane = integerLane(g, q, planes, factors, groups);
-
-    float acc[4] = {0.f, 0.f, 0.f, 0.f}, upAcc[4] = {0.f, 0.f, 0.f, 0.f};
-    // Scales one stage ahead: the next stage's are loaded before this stage's wait. The scale rows
-    // of a tile are found once per tile (the current and the next tile's), so a stage's own
-    // bookkeeping is a few adds.
-    const ScaleRows none{};
-    ScaleRows current = scaleRows<GEGLU>(args, static_cast<int>(blockIdx.x), g, groups);
-    ScaleRows next = myTiles > 1 ? scaleRows<GEGLU>(args, static_cast<int>(blockIdx.x + gridDim.x), g, groups) : none;
-    std::uint32_t scales = 0, upScales = 0;
-    loadScales<GEGLU>(current, warp, groups, scales, upScales);
-    int k = 0;
-    for (int t = 0; t < myTiles; ++t) {
-        for (int st = 0; st < stagesPerTile; ++st, ++k) {
-            const int s = k % kBulkStages;
-            const int G = st * kBulkGroupsPerStage + warp;
-            std::uint32_t nextScales = 0, nextUpScales = 0;
-            if (st + 1 < stagesPerTile) loadScales<GEGLU>(current, G + kBulkGroupsPerStage, groups, nextScales, nextUpScales);
-            else if (t + 1 < myTiles) loadScales<GEGLU>(next, warp, groups, nextScales, nextUpScales);
-            mbarrierWait(&full[s], static_cast<std::uint32_t>((k / kBulkStages) & 1));
-            if (G < groups) {
-                const std::uint8_t* base = stages + static_cast<std::int64_t>(s * W) * kBulkStageBytes + warp * 64 + q * 16;
-                const IntegerX xg = loadIntegerX(intLane.b, G);
-                GroupLoad load;
-                load.rowA = *reinterpret_cast<const uint4*>(base + g * kBulkRowPitch);
-                load.rowB = *reinterpret_cast<const uint4*>(base + (g + 8) * kBulkRowPitch);
-                load.scales = scales;
-                groupDotInteger(load, xg, intLane.fold, acc);
-                if constexpr (GEGLU) {
-                    load.rowA = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + g * kBulkRowPitch);
-                    load.rowB = *reinterpret_cast<const uint4*>(base + kBulkStageBytes + (g + 8) * kBulkRowPitch);
-                    load.scales = upScales;
-                    groupDotInteger(load, xg, intLane.fold, upAcc);
-                }
-            }
-            __syncwarp();
-            if (lane == 0) mbarrierArrive(&empty[s]);
-            scales = nextScales;
-            upScales = nextUpScales;
-        }
-        // End of tile t: row sums to shared memory (double buffered), one consumer barrier, warp
-        // (t % 8) stores the 16 outputs.
-        const int buffer = t & 1;
-        float rowA, rowB, upRowA = 0.0f, upRowB = 0.0f;
-        integerRowSums(acc, intLane, rowA, rowB);
-        if constexpr (GEGLU) integerRowSums(upAcc, intLane, upRowA, upRowB);
-        if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, rowA, rowB, upRowA, upRowB);
-        consumerBarrier();
-        if (warp == (t & (kBulkConsumerWarps - 1)) && lane < kMmaTileRows)
-            storeTileRow<GEGLU>(args, static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x), lane, partial[buffer], 1.0f);
-        current = next;
-        if (t + 2 < myTiles) next = scaleRows<GEGLU>(args, static_cast<int>(blockIdx.x) + (t + 2) * static_cast<int>(gridDim.x), g, groups);
-    }
-#endif
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
@@ -1089,11 +946,12 @@ inline cudaError_t launchPersistent(void (*kernel)(MmaArgs, int), std::size_t& r
                         args, tiles);
 }
 
-template <bool GEGLU, XForm X, int D, int GPI>
+template <bool GEGLU, XForm X, int D, int GPI, bool RING = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    return launchPersistent(fp4MatvecMmaKernel<GEGLU, X, D, GPI>, raised, kMmaThreads, args, tiles, smem, facts, programmatic, stream);
+    return launchPersistent(fp4MatvecMmaKernel<GEGLU, X, D, GPI, RING>, raised, kMmaThreads, args, tiles, smem, facts, programmatic,
+                            stream);
 }
 
 // x as fp16 hi + lo (split) or one fp16: the two fp16 instances of a variant.
@@ -1104,12 +962,24 @@ cudaError_t launchFp16Variant(XForm form, const MmaArgs& args, int tiles, std::s
                                     : launchMmaTyped<GEGLU, XForm::Fp16Single, D, GPI>(args, tiles, smem, facts, programmatic, stream);
 }
 
-// The bulk-copy kernel (integer x, sm_90+).
+// The async-copy ring (integer x): the deep ring where two blocks per SM still fit in shared
+// memory, else the shallow one where two fit, else the deep one alone (one block per SM) where it
+// fits, else the shallow one alone (the caller checked that it fits).
 template <bool GEGLU>
-cudaError_t launchBulkTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts, bool programmatic,
-                            cudaStream_t stream) {
-    static thread_local std::size_t raised = 0;
-    return launchPersistent(fp4MatvecBulkKernel<GEGLU>, raised, kBulkThreads, args, tiles, smem, facts, programmatic, stream);
+cudaError_t launchRing(const MmaArgs& args, int tiles, std::int64_t groups, const DeviceFacts& facts, bool programmatic,
+                       cudaStream_t stream) {
+    constexpr int kDeep = GEGLU ? 4 : 8, kShallow = GEGLU ? 2 : 4;
+    constexpr std::size_t kStaticReserve = 4096;  // as launchPersistent
+    const std::size_t x = static_cast<std::size_t>(integerXVectors(groups)) * 16;
+    const std::size_t deep = x + static_cast<std::size_t>(ringBytes(kDeep, GEGLU));
+    const std::size_t shallow = x + static_cast<std::size_t>(ringBytes(kShallow, GEGLU));
+    const std::size_t perSm = static_cast<std::size_t>(facts.maxSharedPerSm);
+    const bool deepFitsTwice = 2 * (deep + kStaticReserve) <= perSm;
+    const bool shallowFitsTwice = 2 * (shallow + kStaticReserve) <= perSm;
+    const bool deepFits = deep <= static_cast<std::size_t>(facts.maxSharedPerBlockOptin);
+    if (deepFitsTwice || (!shallowFitsTwice && deepFits))
+        return launchMmaTyped<GEGLU, XForm::Integer, kDeep, 1, true>(args, tiles, deep, facts, programmatic, stream);
+    return launchMmaTyped<GEGLU, XForm::Integer, kShallow, 1, true>(args, tiles, shallow, facts, programmatic, stream);
 }
 
 // Batch 1 on tensor cores: every segment's tiles in one grid.
@@ -1142,10 +1012,10 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    const std::size_t bulkSmem = static_cast<std::size_t>(bulkSharedBytes(groups, GEGLU));
-    if (p.bulkCopies && form == XForm::Integer && !p.twoGroupItems && facts.computeMajor >= 9 &&
-        bulkSmem <= static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) {
-        err = launchBulkTyped<GEGLU>(args, tiles, bulkSmem, facts, pdl, stream);
+    if (p.asyncCopies && form == XForm::Integer && !p.twoGroupItems &&
+        static_cast<std::size_t>(integerXVectors(groups)) * 16 + static_cast<std::size_t>(ringBytes(GEGLU ? 2 : 4, GEGLU)) <=
+            static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) {
+        err = launchRing<GEGLU>(args, tiles, groups, facts, pdl, stream);
     } else if (form == XForm::Integer) {
         if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1>(args, tiles, smem, facts, pdl, stream);
         else if (p.twoGroupItems) err = launchMmaTyped<false, XForm::Integer, 2, 2>(args, tiles, smem, facts, pdl, stream);

@@ -54,11 +54,11 @@ struct Fp4MatvecParams {
     // default: measured on the H200, -15 % to +9 % per shape with fp16 x, -5 % to +12 % with
     // integer x (docs/PERFORMANCE.md).
     bool twoGroupItems = false;
-    // Tensor-core path with integer x on sm_90+: the weights reach shared memory by bulk copies
-    // (cp.async.bulk into a ring of stages, a producer warp and 8 consumer warps) instead of lane
-    // loads. An experiment written without GPU time: checked and timed by test_fp4_matvec only
-    // when GEMMA_HARNESS_BULK=1, not yet run on a GPU; off by default. Ignored below sm_90.
-    bool bulkCopies = false;
+    // Tensor-core path with integer x: the items in flight are asynchronous copies (cp.async) into
+    // a per-warp ring in shared memory instead of registers, 8 deep (GeGLU 4) where two blocks per
+    // SM still fit, else 4 (2); bit-identical to the register pipeline. An experiment, off by
+    // default until measured (docs/PERFORMANCE.md, version 5).
+    bool asyncCopies = false;
     // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
     // start while the previous kernel in the stream finishes; it prefetches its first weights and
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The

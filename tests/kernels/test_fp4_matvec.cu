@@ -129,7 +129,7 @@ double geluTanhRef(double v) {
 }
 
 
-enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Bulk };
+enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Async };
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
               bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false,
@@ -162,7 +162,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.singleHalfX = path == Path::SingleHalf;
     p.twoGroupItems = path == Path::TwoGroups;
     p.fp16X = path == Path::Fp16Split;
-    p.bulkCopies = path == Path::Bulk;
+    p.asyncCopies = path == Path::Async;
     // hi + lo and the fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over
     // 21504 inputs). One fp16 for x is checked below against its own error bound instead.
     const double tol = path == Path::SingleHalf ? 1.0 : 1e-4;
@@ -170,25 +170,24 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
     std::vector<float> y = dy.download();
-    // The bulk-copy kernel runs the register pipeline's arithmetic in the same order (warp w sums
-    // groups w, w + 8, ... of each tile; the tile reduction is the same), so its outputs must
-    // equal the default kernel's bit for bit.
+    // The async-copy ring runs the register pipeline's arithmetic in the same order (only where
+    // the codes wait differs), so its outputs must equal the default kernel's bit for bit.
     auto sameBits = [&](const std::vector<float>& a, const std::vector<float>& b, std::int64_t outs) {
         for (int r = 0; r < rows; ++r)
             for (std::int64_t o = 0; o < outs; ++o)
                 if (std::memcmp(&a[r * yStride + o], &b[r * yStride + o], sizeof(float)) != 0) return false;
         return true;
     };
-    auto checkAgainstRegisters = [&](const Fp4MatvecParams& bulk, bool geglu, const std::vector<float>& got) {
-        Fp4MatvecParams registers = bulk;
-        registers.bulkCopies = false;
+    auto checkAgainstRegisters = [&](const Fp4MatvecParams& ring, bool geglu, const std::vector<float>& got) {
+        Fp4MatvecParams registers = ring;
+        registers.asyncCopies = false;
         dy.poison();
         HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(registers, nullptr) : gemma::cuda::launchFp4Matvec(registers, nullptr));
         HCHECK(cudaDeviceSynchronize());
-        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " bulk copies bit-identical to the register pipeline",
+        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " async-copy ring bit-identical to the register pipeline",
                         sameBits(got, dy.download(), s.out), "");
     };
-    if (path == Path::Bulk) checkAgainstRegisters(p, false, y);
+    if (path == Path::Async) checkAgainstRegisters(p, false, y);
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -211,7 +210,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                             (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x"
                              : path == Path::TwoGroups ? " two-group items"
                              : path == Path::Fp16Split ? " fp16-x"
-                             : path == Path::Bulk ? " bulk copies" : "");
+                             : path == Path::Async ? " async-copy ring" : "");
     // Near-fp32 paths: 1e-4 of max|ref| over >= 64 outputs, and 1e-5·Σ|w·x| per output always.
     const bool manyOutputs = rows * s.out >= 64;
     if (path != Path::SingleHalf && manyOutputs)
@@ -259,7 +258,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(g, nullptr));
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
-        if (path == Path::Bulk) checkAgainstRegisters(g, true, yg);
+        if (path == Path::Async) checkAgainstRegisters(g, true, yg);
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -309,16 +308,16 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                     },
                     10, 50);
             };
-            if (path == Path::Bulk) {  // the bulk-copy kernel against the default register pipeline
-                const bool saved = g.bulkCopies;
-                g.bulkCopies = false;
+            if (path == Path::Async) {  // the async-copy ring against the default register pipeline
+                const bool saved = g.asyncCopies;
+                g.asyncCopies = false;
                 const double registers = timeGeglu(false, false);
-                g.bulkCopies = true;
-                const double bulk = timeGeglu(false, false);
-                g.bulkCopies = saved;
+                g.asyncCopies = true;
+                const double ring = timeGeglu(false, false);
+                g.asyncCopies = saved;
                 char line[256];
-                std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  bulk %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
-                              s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), bulk, bytes / bulk * 1e-3,
+                std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  ring %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
+                              s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), ring, bytes / ring * 1e-3,
                               bytes / registers * 1e-3);
                 perfLines.push_back(line);
             } else {
@@ -367,13 +366,13 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 },
                 10, 30);
         };
-        if (path == Path::Bulk) {  // p has bulkCopies set: the bulk-copy kernel against the default
-            const double bulk = timeVariant(false, 0, false, false);
-            p.bulkCopies = false;
+        if (path == Path::Async) {  // p has asyncCopies set: the async-copy ring against the default
+            const double ring = timeVariant(false, 0, false, false);
+            p.asyncCopies = false;
             const double registers = timeVariant(false, 0, false, false);
             char line[256];
-            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec bulk %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
-                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), bulk, bytes / bulk * 1e-3,
+            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec ring %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
+                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), ring, bytes / ring * 1e-3,
                           bytes / registers * 1e-3);
             perfLines.push_back(line);
             return;
@@ -398,7 +397,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 // outputs, each checked against its own FP64 reference; the tiles of segment boundaries that are
 // not multiples of 16 rows check the segment lookup.
 void runFused(const std::string& name, std::int64_t in, const std::int64_t (&outs)[3], int rows,
-              std::mt19937_64& rng, Report& report, bool twoGroups = false, bool fp16 = false, bool bulk = false) {
+              std::mt19937_64& rng, Report& report, bool twoGroups = false, bool fp16 = false, bool ring = false) {
     std::vector<Fp4Matrix> ws;
     std::vector<DeviceFp4> dws;
     for (std::int64_t o : outs) {
@@ -427,7 +426,7 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     p.extraCount = 2;
     p.twoGroupItems = twoGroups;
     p.fp16X = fp16;
-    p.bulkCopies = bulk;
+    p.asyncCopies = ring;
     for (int k = 1; k < 3; ++k) p.extra[k - 1] = {dws[k].codes.ptr, dws[k].scales.ptr, outs[k], dys[k].ptr};
     for (auto& d : dys) d.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
@@ -446,7 +445,7 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
             for (std::int64_t o = outs[k]; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
         }
         const std::string tag = "fused " + name + " segment " + std::to_string(k) + (rows > 1 ? " b" + std::to_string(rows) : "") +
-                                (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "") + (bulk ? " bulk copies" : "");
+                                (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "") + (ring ? " async-copy ring" : "");
         report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
         if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
     }
@@ -527,7 +526,7 @@ void runIntegerEdgeCases(std::mt19937_64& rng, Report& report) {
 // poisoned with NaN before each round, so reading x or y1 early gives NaN or stale values. The
 // references use the GPU's own x and y1 (downloaded after the round), so only the ordering is
 // under test, 20 rounds.
-void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool bulk = false) {
+void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool ring = false) {
     constexpr std::int64_t kIn = 3840, kMid = 2048, kOut = 512;
     const Fp4Matrix w1 = randomFp4(kMid, kIn, rng), w2 = randomFp4(kOut, kMid, rng);
     DeviceFp4 d1 = upload(w1), d2 = upload(w2);
@@ -550,7 +549,7 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool bulk = fals
         HCHECK_STATUS(gemma::cuda::launchRmsNormResidual(norm, nullptr));
         Fp4MatvecParams a = oneVector(d1, kMid, kIn, x.ptr, y1.ptr);
         a.programmaticLaunch = true;
-        a.bulkCopies = bulk;
+        a.asyncCopies = ring;
         HCHECK_STATUS(gemma::cuda::launchFp4Matvec(a, nullptr));
         Fp4MatvecParams b = a;
         b.codes = d2.codes.ptr;
@@ -604,18 +603,24 @@ int main() {
                         gemma::cuda::launchFp4Matvec(bad, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
     }
 
-    // GEMMA_HARNESS_BULK=1: the bulk-copy kernel (Fp4MatvecParams::bulkCopies, sm_90+), an
-    // experiment kept out of the default run until it has run on a GPU: every odd and preset
-    // shape, GeGLU, fused q/k/v and the programmatic chain, each preset shape timed against the
-    // default register pipeline.
-    if (const char* bulk = std::getenv("GEMMA_HARNESS_BULK"); bulk && std::string(bulk) == "1") {
-        std::vector<std::string> perfBulk;
-        for (const auto& s : oddShapes()) runShape(s, 1, rng, report, nullptr, false, perfBulk, false, Path::Bulk);
-        runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, false, /*bulk=*/true);
-        runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, false, /*bulk=*/true);
-        runProgrammaticChain(rng, report, /*bulk=*/true);
-        for (const auto& s : presetShapes()) runShape(s, 1, rng, report, nullptr, !quick, perfBulk, false, Path::Bulk);
-        for (const auto& line : perfBulk) std::printf("%s\n", line.c_str());
+    // GEMMA_HARNESS_ASYNC=1: the async-copy ring (Fp4MatvecParams::asyncCopies), an experiment
+    // kept out of the default run until measured: every odd and preset shape, GeGLU, fused q/k/v
+    // and the programmatic chain, each preset shape timed against the default register pipeline.
+    if (const char* ring = std::getenv("GEMMA_HARNESS_ASYNC"); ring && std::string(ring) == "1") {
+        std::vector<std::string> perfRing;
+        // With GEMMA_SHAPES as well: only those preset shapes, timed (profiling the ring).
+        if (const char* only = std::getenv("GEMMA_SHAPES")) {
+            for (const auto& s : presetShapes())
+                if (s.name.find(only) != std::string::npos) runShape(s, 1, rng, report, nullptr, true, perfRing, false, Path::Async);
+            for (const auto& line : perfRing) std::printf("%s\n", line.c_str());
+            return report.finish();
+        }
+        for (const auto& s : oddShapes()) runShape(s, 1, rng, report, nullptr, false, perfRing, false, Path::Async);
+        runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, false, /*ring=*/true);
+        runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, false, /*ring=*/true);
+        runProgrammaticChain(rng, report, /*ring=*/true);
+        for (const auto& s : presetShapes()) runShape(s, 1, rng, report, nullptr, !quick, perfRing, false, Path::Async);
+        for (const auto& line : perfRing) std::printf("%s\n", line.c_str());
         return report.finish();
     }
     // GEMMA_SHAPES=<substring>: only the preset shapes whose name contains it, timed (profiling).
