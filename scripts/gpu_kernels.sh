@@ -8,7 +8,6 @@
 #   GEMMA_SEED=123 scripts/gpu_kernels.sh           # replay a seed
 #   GPU_KERNELS_ARCH=89 scripts/gpu_kernels.sh      # another architecture
 #   GPU_KERNELS_QUICK_RUN=1 scripts/gpu_kernels.sh  # small fixtures in the main runs too (no timing)
-#   GPU_KERNELS_ASYNC=1 scripts/gpu_kernels.sh       # also the async-copy ring FP4 matvec under the sanitizers
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/kernels-gpu-out}
@@ -76,23 +75,10 @@ for tool in memcheck initcheck racecheck; do
     jobs_list+=($!)
   done
 done
-# GPU_KERNELS_ASYNC=1: the async-copy ring FP4 matvec experiment (GEMMA_HARNESS_ASYNC=1) under the three
-# tools too, as the pseudo-harness "ring" in the table (not in the default run until it has run).
-if [[ "${GPU_KERNELS_ASYNC:-0}" == 1 ]]; then
-  for tool in memcheck initcheck racecheck; do
-    (
-      GEMMA_HARNESS_ASYNC=1 GEMMA_HARNESS_QUICK=1 timeout "$SAN_TIMEOUT" compute-sanitizer --tool "$tool" \
-        --error-exitcode 99 --print-limit 20 "$BUILD/test_fp4_matvec" > "$SANDIR/$tool.ring.log" 2>&1
-      echo $? > "$SANDIR/$tool.ring.rc"
-    ) &
-    jobs_list+=($!)
-  done
-fi
 wait "${jobs_list[@]}"
 SANLOG="$OUT/sanitizer.log"
 : > "$SANLOG"
 SANROWS="$HARNESSES"
-[[ "${GPU_KERNELS_ASYNC:-0}" == 1 ]] && SANROWS="$SANROWS ring"
 for tool in memcheck initcheck racecheck; do
   for h in $SANROWS; do
     { echo "--- $tool $h rc=$(cat "$SANDIR/$tool.$h.rc")"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SUMMARY|Invalid|uninitialized|hazard|Error|FAIL|^seed" "$SANDIR/$tool.$h.log" | head -30; } >> "$SANLOG"

@@ -219,7 +219,10 @@ bool measureCeilings(Ceilings& ceilings, std::string& error) {
     return measureGemm(ceilings, error);
 }
 
-bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, KernelTiming& timing, std::string& error) {
+bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, bool tiled, KernelTiming& timing,
+                   std::string& error) {
+    // The tiled layout has the row layout's sizes when out % 16 == 0 (Fp4Tiled.h).
+    tiled = tiled && out % 16 == 0;
     const std::size_t codeBytes = static_cast<std::size_t>(out) * formats::fp4RowBytes(in);
     const std::size_t scaleCount = static_cast<std::size_t>(out) * formats::fp4GroupsPerRow(in);
     const std::size_t perCopy = (codeBytes + scaleCount * 2) * (geglu ? 2 : 1);
@@ -267,6 +270,7 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
             p.yStride = out;
             p.rows = 1;
             p.fp16X = !integerX;
+            p.tiled = tiled;
             return (geglu ? cuda::launchFp4GegluMatvec(p, stream) : cuda::launchFp4Matvec(p, stream)) == cuda::KernelStatus::Ok;
         },
         kLaunchesPerGraph, 2, 15, ms, error);

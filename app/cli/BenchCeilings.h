@@ -27,8 +27,11 @@ struct KernelTiming {
 // Every measurement runs after warm-up and reports the median of repeats (CUDA events).
 bool measureCeilings(Ceilings& ceilings, std::string& error);
 // FP4 matvec per distinct shape (gate/up fused where `geglu`), rotating weight copies past L2;
-// `integerX` as OpenOptions::integerMatvec (false: x as fp16 hi + lo).
-bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, KernelTiming& timing, std::string& error);
+// `integerX` as OpenOptions::integerMatvec (false: x as fp16 hi + lo), `tiled` as
+// OpenOptions::tiledWeights (the weights are random bytes, so only the layout flag differs; shapes
+// with out % 16 != 0 run in rows, as the engine keeps them).
+bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, bool tiled, KernelTiming& timing,
+                   std::string& error);
 // FP8 lm_head (vocab × hidden) with the softcap.
 bool timeLmHead(std::int64_t vocab, std::int64_t hidden, KernelTiming& timing, std::string& error);
 

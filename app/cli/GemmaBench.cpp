@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
          {"no-pdl", false, "launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
          {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
          {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
+         {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     std::string error;
@@ -178,6 +179,7 @@ int main(int argc, char** argv) {
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     options.programmaticLaunch = !cli.has("no-pdl");
     options.integerMatvec = !cli.has("fp16-matvec");
+    options.tiledWeights = !cli.has("row-layout");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
     if (!engine) {
@@ -303,7 +305,7 @@ int main(int argc, char** argv) {
         }
         for (const auto& [name, out, in, geglu] : shapes) {
             gemma::bench::KernelTiming timing;
-            if (!gemma::bench::timeFp4Matvec(out, in, geglu, options.integerMatvec, timing, error)) {
+            if (!gemma::bench::timeFp4Matvec(out, in, geglu, options.integerMatvec, options.tiledWeights, timing, error)) {
                 std::cerr << "gemma-bench: " << error << "\n";
                 return 1;
             }

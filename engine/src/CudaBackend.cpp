@@ -7,12 +7,14 @@
 #include "CudaBackend.h"
 
 #include <cuda_runtime.h>
+#include <kernels/Fp4Tiled.h>
 #include <kernels/WeightFormats.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <utility>
 
 #include "ActivationConvert.h"
@@ -22,6 +24,7 @@
 #include "Embedding.h"
 #include "Fp4Dequantize.h"
 #include "Fp4Matvec.h"
+#include "Fp4Tile.h"
 #include "Fp8LmHead.h"
 #include "GegluElementwise.h"
 #include "PerLayerInputs.h"
@@ -109,6 +112,9 @@ struct DeviceLinear {
     const std::uint8_t* codes = nullptr;
     const std::uint16_t* scales = nullptr;
     std::int64_t out = 0, in = 0;
+    // The codes and scales are in the tiled layout (rearranged at load, tileWeights), not the
+    // package's row layout.
+    bool tiled = false;
     // GEMM prefill: the power of two the FP16 copy of this weight is scaled by
     // (formats::fp16WeightMultiplier of its largest group scale).
     float fp16Multiplier = 1.0f;
@@ -135,9 +141,10 @@ struct DeviceCache {
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph, int prefillGemmMinRows,
-                bool programmaticLaunch, bool integerMatvec)
+                bool programmaticLaunch, bool integerMatvec, bool tiledWeights)
         : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph),
-          gemmMinRows_(prefillGemmMinRows), programmaticLaunch_(programmaticLaunch), integerMatvec_(integerMatvec) {}
+          gemmMinRows_(prefillGemmMinRows), programmaticLaunch_(programmaticLaunch), integerMatvec_(integerMatvec),
+          tiledWeights_(tiledWeights) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -200,6 +207,7 @@ public:
         GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpy(weightsOnDevice_.as<void>(), data.data(), data.size(), cudaMemcpyHostToDevice),
                                         "uploading the weights"));
         bindLayers();
+        if (tiledWeights_) GEMMA_RETURN_IF_ERROR(tileWeights());
         GEMMA_RETURN_IF_ERROR(allocateWorkspaces());
         events_.resize(2048);
         for (auto& e : events_) GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreate(&e), "cudaEventCreate"));
@@ -208,7 +216,8 @@ public:
 
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
-               (integerMatvec_ ? "" : ", fp16-x matvec") +
+               (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
+               (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")";
     }
     int contextAllocation() const override { return allocation_; }
@@ -365,6 +374,60 @@ private:
             d.fp16Multiplier = formats::fp16WeightMultiplier(formats::bf16ToFloat(largest));
         }
         return d;
+    }
+
+    // Rearranges every FP4 linear on the device into the tiled layout (kernels/Fp4Tiled.h), in
+    // place: through a scratch buffer the size of the largest weight, one Fp4Tile launch and two
+    // copies back per weight. A weight whose tiled copy would not fit its place (out not a
+    // multiple of 16: the tiled layout pads the last tile) or whose scales are not 4-byte aligned
+    // in the package stays in rows (DeviceLinear::tiled false; every kernel reads both).
+    Status tileWeights() {
+        std::vector<DeviceLinear*> linears;
+        for (auto& d : layers_)
+            for (DeviceLinear* l : {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.down, &d.perLayerGate, &d.perLayerProjection})
+                linears.push_back(l);
+        linears.push_back(&perLayerModelProjection_);
+        auto tileable = [](const DeviceLinear& l) {
+            return l.codes && l.scales && l.out % formats::fp4tiled::kTileRows == 0 && reinterpret_cast<std::uintptr_t>(l.scales) % 4 == 0;
+        };
+        std::size_t codeBytes = 0, scaleBytes = 0;
+        untiledWeights_ = 0;
+        for (const DeviceLinear* l : linears) {
+            if (!tileable(*l)) {
+                if (l->codes) ++untiledWeights_;
+                continue;
+            }
+            codeBytes = std::max<std::size_t>(codeBytes, static_cast<std::size_t>(formats::fp4tiled::codeBytes(l->out, l->in)));
+            scaleBytes = std::max<std::size_t>(scaleBytes, static_cast<std::size_t>(formats::fp4tiled::scaleWords(l->out, l->in)) * 4);
+        }
+        if (codeBytes == 0) return Status::ok();
+        DeviceBuffer scratch;
+        GEMMA_RETURN_IF_ERROR(scratch.allocate(codeBytes + scaleBytes, "allocating scratch memory to rearrange the weights"));
+        std::set<const std::uint8_t*> done;  // a weight shared by two places is rearranged once
+        for (DeviceLinear* l : linears) {
+            if (!tileable(*l)) continue;
+            if (!done.insert(l->codes).second) {
+                l->tiled = true;
+                continue;
+            }
+            kc::Fp4TileParams t;
+            t.codes = l->codes;
+            t.scales = l->scales;
+            t.out = l->out;
+            t.in = l->in;
+            t.tiledCodes = scratch.as<std::uint8_t>();
+            t.tiledScales = reinterpret_cast<std::uint32_t*>(scratch.as<std::uint8_t>() + codeBytes);
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchFp4Tile(t, stream_), "rearranging the weights"));
+            const std::size_t lineCodes = static_cast<std::size_t>(formats::fp4tiled::codeBytes(l->out, l->in));
+            const std::size_t lineScales = static_cast<std::size_t>(formats::fp4tiled::scaleWords(l->out, l->in)) * 4;
+            // The weights buffer is ours (const only to the kernels): the tiled copy goes back in place.
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(const_cast<std::uint8_t*>(l->codes), t.tiledCodes, lineCodes,
+                                                            cudaMemcpyDeviceToDevice, stream_), "rearranging the weights"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(const_cast<std::uint16_t*>(l->scales), t.tiledScales, lineScales,
+                                                            cudaMemcpyDeviceToDevice, stream_), "rearranging the weights"));
+            l->tiled = true;
+        }
+        return cudaError(cudaStreamSynchronize(stream_), "rearranging the weights");
     }
 
     void bindLayers() {
@@ -546,6 +609,15 @@ private:
             for (const auto& e : extras) GEMMA_RETURN_IF_ERROR(gemmLinear(*e.w, x, xStride, e.y, e.yStride, rows, nullptr, false));
             return Status::ok();
         }
+        // One launch reads one layout: with an extra in the other layout (a shape tileWeights
+        // left in rows), each weight runs as its own launch.
+        for (const auto& e : extras) {
+            if (e.w->tiled != w.tiled) {
+                GEMMA_RETURN_IF_ERROR(matvec(w, x, xStride, y, yStride, rows, stats, up));
+                for (const auto& each : extras) GEMMA_RETURN_IF_ERROR(matvec(*each.w, x, xStride, each.y, each.yStride, rows, stats));
+                return Status::ok();
+            }
+        }
         Timed timed(*this, stats, Bucket::Fp4Matvec);
         kc::Fp4MatvecParams p;
         p.codes = w.codes;
@@ -563,6 +635,7 @@ private:
         p.rows = rows;
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
+        p.tiled = w.tiled;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -612,6 +685,7 @@ private:
             d.ldOut = ld;
             d.fp16 = true;
             d.multiplier = multiplier;
+            d.tiled = l.tiled;
             return kernelError(kc::launchFp4DequantizeBf16(d, stream_), "fp4 dequantize");
         };
         using Operands = CublasLt::Operands;
@@ -917,6 +991,8 @@ private:
     int gemmMinRows_ = 0;
     bool programmaticLaunch_ = false;
     bool integerMatvec_ = true;
+    bool tiledWeights_ = true;
+    int untiledWeights_ = 0;  // FP4 weights tileWeights left in rows (name() says so)
     int chunkRows_ = kChunk;
     std::unique_ptr<CublasLt> blas_;
     std::string prefillStatus_;
@@ -938,7 +1014,7 @@ Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const
     auto backend = std::make_unique<CudaBackend>(package, weights,
                                                  options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
                                                  options.cudaGraph, options.prefillGemmMinRows, options.programmaticLaunch,
-                                                 options.integerMatvec);
+                                                 options.integerMatvec, options.tiledWeights);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -27,13 +27,26 @@
 // store instruction writes whole 32-byte sectors. Grid-stride over warps of 32 chunks, the next
 // chunk's load issued before the current one is decoded.
 //
-// Preconditions (checked by the launcher): codes and y 16-byte aligned, ldOut % 8 == 0,
-// ldOut >= in >= 1, out >= 1, out × fp4RowBytes(in) / 16 < 2^31. Columns [in, ldOut) of y are
-// never written (the +0 padding codes past `in` are decoded but not stored).
+// Tiled layout (params.tiled, kernels/include/kernels/Fp4Tiled.h): the kernel walks the same flat
+// row-layout chunk indices (chunk = row × chunksPerRow + c) and only the two loads move: the codes
+// come from fp4tiled::chunkOffset(row, c, groups), the scale from half scaleShift(row) of word
+// scaleWord(row, c / 4, groups). So decode, pair swap and stores are shared, the output is the
+// same bits, and the pair argument above still holds (it is about row-layout chunk indices). A
+// warp's 32 chunks are then 8 runs of 64 contiguous bytes (the 4 chunks of one row's group sit
+// together in an item), 1 KB apart: whole 32-byte sectors still, one more integer division per
+// chunk for (row, c). TILED is a template parameter so that the row-layout kernel is unchanged.
+//
+// Preconditions (checked by the launcher): codes and y 16-byte aligned, tiled scales 4-byte
+// aligned, ldOut % 8 == 0, ldOut >= in >= 1, out >= 1, out × fp4RowBytes(in) / 16 < 2^31.
+// Columns [in, ldOut) of y are never written (the +0 padding codes past `in` are decoded but not
+// stored); the tiled padding rows past `out` are never read.
 #include "Fp4Dequantize.h"
 
 #include <kernels/Fp4Decode.h>
+#include <kernels/Fp4Tiled.h>
 #include <kernels/WeightFormats.h>
+
+#include <type_traits>
 
 #include "CudaCommon.h"
 
@@ -108,9 +121,35 @@ __device__ __forceinline__ std::uint16_t pieceElement(const uint4& v, int e) {
 
 constexpr int kThreads = 256;
 
-template <bool FP16>
+// What a scale load reads: one bf16 scale (row layout) or a word of two (tiled layout).
+template <bool TILED>
+using ScaleWord = std::conditional_t<TILED, std::uint32_t, std::uint16_t>;
+
+// The codes of flat row-layout chunk `chunk` (row chunk / chunksPerRow, bytes [16c, 16c + 16) of
+// that row) and the bf16 scale of its group. chunksPerRow = 4 × groups (a group is 64 bytes), so
+// in the row layout the scale index is chunk / 4; in the tiled layout both move (Fp4Tiled.h). The
+// caller guarantees chunk < totalChunks < 2^31.
+template <bool TILED>
+__device__ __forceinline__ void loadChunk(const std::uint8_t* __restrict__ codes,
+                                          const ScaleWord<TILED>* __restrict__ scales, std::int64_t chunk,
+                                          std::uint32_t chunksPerRow, uint4& code, std::uint16_t& scale) {
+    if constexpr (TILED) {
+        const std::uint32_t c32 = static_cast<std::uint32_t>(chunk);
+        const std::uint32_t row = c32 / chunksPerRow;
+        const std::uint32_t chunkInRow = c32 - row * chunksPerRow;
+        const std::uint32_t groups = chunksPerRow >> 2;
+        code = ldgStream16(codes + formats::fp4tiled::chunkOffset(row, chunkInRow, groups));
+        const std::uint32_t word = __ldg(scales + formats::fp4tiled::scaleWord(row, chunkInRow >> 2, groups));
+        scale = static_cast<std::uint16_t>((word >> formats::fp4tiled::scaleShift(row)) & 0xFFFFu);
+    } else {
+        code = ldgStream16(codes + chunk * 16);
+        scale = __ldg(scales + (chunk >> 2));
+    }
+}
+
+template <bool FP16, bool TILED>
 __global__ void __launch_bounds__(kThreads) fp4DequantizeKernel(
-    const std::uint8_t* __restrict__ codes, const std::uint16_t* __restrict__ scales,
+    const std::uint8_t* __restrict__ codes, const ScaleWord<TILED>* __restrict__ scales,
     std::int64_t in, std::uint32_t chunksPerRow, std::uint32_t totalChunks,
     std::uint16_t* __restrict__ y, std::int64_t ldOut, float multiplier) {
     const unsigned lane = threadIdx.x & 31u;
@@ -124,19 +163,13 @@ __global__ void __launch_bounds__(kThreads) fp4DequantizeKernel(
     // (the loop condition is warp-uniform; totalChunks is even, so pairs are never split).
     uint4 cur = make_uint4(0, 0, 0, 0);
     std::uint16_t curScale = 0;
-    if (base + lane < totalChunks) {
-        cur = ldgStream16(codes + (base + lane) * 16);
-        curScale = __ldg(scales + ((base + lane) >> 2));
-    }
+    if (base + lane < totalChunks) loadChunk<TILED>(codes, scales, base + lane, chunksPerRow, cur, curScale);
     for (; base < totalChunks; base += stride) {
         const std::int64_t chunk = base + lane;
         const std::int64_t nextChunk = chunk + stride;
         uint4 nxt = make_uint4(0, 0, 0, 0);
         std::uint16_t nxtScale = 0;
-        if (nextChunk < totalChunks) {
-            nxt = ldgStream16(codes + nextChunk * 16);
-            nxtScale = __ldg(scales + (nextChunk >> 2));
-        }
+        if (nextChunk < totalChunks) loadChunk<TILED>(codes, scales, nextChunk, chunksPerRow, nxt, nxtScale);
 
         // Pair swap: the even lane (chunk a) keeps a0, a2 and receives b0, b2; the odd lane
         // (chunk b) keeps b1, b3 and receives a1, a3. Store k then covers pair bytes [32k, 32k+32).
@@ -182,6 +215,8 @@ KernelStatus launchFp4DequantizeBf16(const Fp4DequantizeParams& p, cudaStream_t 
     if (p.out < 1 || p.in < 1 || p.ldOut < p.in || p.ldOut % 8 != 0 || p.blocks < 0)
         return KernelStatus::InvalidArgument;
     if (!aligned16(p.codes) || !aligned16(p.y)) return KernelStatus::InvalidArgument;
+    // The tiled scales are read as 32-bit words (two bf16 scales each).
+    if (p.tiled && (reinterpret_cast<std::uintptr_t>(p.scales) & 3u) != 0) return KernelStatus::InvalidArgument;
     if (!isPowerOfTwo(p.multiplier)) return KernelStatus::InvalidArgument;
     const std::int64_t chunksPerRow = formats::fp4RowBytes(p.in) / 16;
     if (chunksPerRow > 0x7fffffff / p.out) return KernelStatus::Unsupported;  // 32-bit chunk index
@@ -191,18 +226,24 @@ KernelStatus launchFp4DequantizeBf16(const Fp4DequantizeParams& p, cudaStream_t 
     // Grid: one chunk per thread per grid-stride step, at most one resident wave (oneWaveBlocks).
     constexpr std::int64_t kChunksPerBlock = fp4dequant::kThreads;
     const std::int64_t wanted = (totalChunks + kChunksPerBlock - 1) / kChunksPerBlock;
-    const auto launchAs = [&](auto kernel, OccupancyCache& cache) {
+    // scales: the kernel's own pointer type (a uint16 scale, or a uint32 word of two when tiled).
+    const auto launchAs = [&](auto kernel, auto scales, OccupancyCache& cache) {
         unsigned blocks = 0;
         const KernelStatus status = oneWaveBlocks(kernel, fp4dequant::kThreads, wanted, facts, cache, blocks);
         if (status != KernelStatus::Ok) return status;
         if (p.blocks > 0) blocks = static_cast<unsigned>(p.blocks);
-        kernel<<<blocks, fp4dequant::kThreads, 0, stream>>>(p.codes, p.scales, p.in, static_cast<std::uint32_t>(chunksPerRow),
+        kernel<<<blocks, fp4dequant::kThreads, 0, stream>>>(p.codes, scales, p.in, static_cast<std::uint32_t>(chunksPerRow),
                                                             static_cast<std::uint32_t>(totalChunks), p.y, p.ldOut, p.multiplier);
         return launchStatus();
     };
-    thread_local OccupancyCache bf16Cache, fp16Cache;
-    return p.fp16 ? launchAs(fp4dequant::fp4DequantizeKernel<true>, fp16Cache)
-                  : launchAs(fp4dequant::fp4DequantizeKernel<false>, bf16Cache);
+    thread_local OccupancyCache bf16Cache, fp16Cache, bf16TiledCache, fp16TiledCache;
+    if (p.tiled) {
+        const auto* words = reinterpret_cast<const std::uint32_t*>(p.scales);  // 4-byte aligned: checked above
+        return p.fp16 ? launchAs(fp4dequant::fp4DequantizeKernel<true, true>, words, fp16TiledCache)
+                      : launchAs(fp4dequant::fp4DequantizeKernel<false, true>, words, bf16TiledCache);
+    }
+    return p.fp16 ? launchAs(fp4dequant::fp4DequantizeKernel<true, false>, p.scales, fp16Cache)
+                  : launchAs(fp4dequant::fp4DequantizeKernel<false, false>, p.scales, bf16Cache);
 }
 
 }  // namespace gemma::cuda

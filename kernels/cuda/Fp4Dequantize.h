@@ -11,9 +11,13 @@
 namespace gemma::cuda {
 
 struct Fp4DequantizeParams {
-    // W[out][in] in FP4-E2M1 group 128 (kernels/include/kernels/WeightFormats.h):
+    // W[out][in] in FP4-E2M1 group 128, in the row layout (kernels/include/kernels/WeightFormats.h):
     // codes  [out][fp4RowBytes(in)] bytes, 16-byte aligned base;
     // scales [out][fp4GroupsPerRow(in)] BF16 bits.
+    // Or, with tiled, in the tiled layout (kernels/include/kernels/Fp4Tiled.h):
+    // codes  fp4tiled::codeBytes(out, in) bytes, 16-byte aligned base;
+    // scales fp4tiled::scaleWords(out, in) 32-bit words (two BF16 scales each), read through
+    //        reinterpret_cast<const std::uint32_t*>(scales): the base must be 4-byte aligned.
     const std::uint8_t* codes = nullptr;
     const std::uint16_t* scales = nullptr;
     std::int64_t out = 0;
@@ -29,12 +33,15 @@ struct Fp4DequantizeParams {
     bool fp16 = false;
     float multiplier = 1.0f;
     int blocks = 0;  // 0: chosen from the device (grid-stride); > 0 forces it (tests)
+    // tiled: codes and scales are in the tiled layout (above). y is the same, bit for bit, as for
+    // the row layout of the same weight; the padding rows past `out` of the last tile are not read.
+    bool tiled = false;
 };
 
 // y[o][i] = half_rne(e2m1(code(o, i)) × scale(o, i / 128) × multiplier), half = bf16 or fp16:
 // the fp32 product (exact for every normal scale) rounded to nearest, ties to even; the same
 // bits as reference::dequantizeFp4ToBf16 / dequantizeFp4ToFp16 for every finite scale.
-// InvalidArgument when multiplier is not a power of two.
+// InvalidArgument when multiplier is not a power of two, or (tiled) when scales is not 4-byte aligned.
 KernelStatus launchFp4DequantizeBf16(const Fp4DequantizeParams& params, cudaStream_t stream);
 
 }  // namespace gemma::cuda

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(256) fp4MatvecKernel(
     const std::uint8_t* __restrict__ codes, const std::uint16_t* __restrict__ scales,
     const std::uint8_t* __restrict__ upCodes, const std::uint16_t* __restrict__ upScales,
     std::int64_t out, std::int64_t in, const float* __restrict__ x, std::int64_t xStride,
-    float* __restrict__ y, std::int64_t yStride) {
+    float* __restrict__ y, std::int64_t yStride, bool tiled) {
     constexpr int S = GEGLU ? 2 * R : R;
     const int lane = threadIdx.x & 31;
     const std::int64_t groups = formats::fp4GroupsPerRow(in);
@@ -163,9 +163,18 @@ __global__ void __launch_bounds__(256) fp4MatvecKernel(
             std::int64_t row = row0 + r;
             if (row >= out) row = out - 1;  // duplicate a valid row; its result is not stored
             const bool up = GEGLU && s >= R;
-            rowCodes[s] = (up ? upCodes : codes) + row * rowBytes;
-            rowScales[s] = (up ? upScales : scales) + row * groups;
+            if (tiled) {  // a row's chunk c at its base + (c / 4)·1024 + (c % 4)·16 (Fp4Tiled.h)
+                const std::int64_t r16 = row % 16;
+                rowCodes[s] = (up ? upCodes : codes) + (row / 16) * groups * 1024 + (r16 / 8) * 512 + (r16 % 8) * 64;
+                rowScales[s] = (up ? upScales : scales) + 2 * ((row / 16) * groups * 8 + row % 8) + (r16 >= 8 ? 1 : 0);
+            } else {
+                rowCodes[s] = (up ? upCodes : codes) + row * rowBytes;
+                rowScales[s] = (up ? upScales : scales) + row * groups;
+            }
         }
+        // Per group of 4 chunks: the code and scale strides of the layout.
+        const int codeGroupStride = tiled ? 1024 : 64;
+        const int scaleGroupStride = tiled ? 16 : 1;
 
         float acc[S][NB];
 #pragma unroll
@@ -186,8 +195,8 @@ __global__ void __launch_bounds__(256) fp4MatvecKernel(
                 if (cc < chunks) {
 #pragma unroll
                     for (int s = 0; s < S; ++s) {
-                        w[u][s] = ldgStream16(rowCodes[s] + static_cast<std::int64_t>(cc) * 16);
-                        sc[u][s] = __ldg(rowScales[s] + (cc >> 2));
+                        w[u][s] = ldgStream16(rowCodes[s] + static_cast<std::int64_t>(cc >> 2) * codeGroupStride + (cc & 3) * 16);
+                        sc[u][s] = __ldg(rowScales[s] + static_cast<std::int64_t>(cc >> 2) * scaleGroupStride);
                     }
                 }
             }
@@ -287,7 +296,7 @@ struct MmaSegment {
     const std::uint16_t* upScales;
     float* y;
     std::int64_t out;
-    int tileBegin;
+    int tileBegin;  // with the tiled layout (TILED kernels), codes and scales point at it
 };
 struct MmaArgs {
     MmaSegment segment[3];
@@ -327,22 +336,6 @@ __device__ __forceinline__ void loadGroupRows(const std::uint8_t* codesA, const 
     g.rowA = ldgStream16(codesA + byte);
     g.rowB = ldgStream16(codesB + byte);
     g.scales = loadGroupScales(scalesA, scalesB, group);
-}
-
-// Asynchronous 16-byte global → shared copies (sm_80+), completed per thread in commit order:
-// after waitAsyncCopies<N>() at most N of the thread's committed groups are still in flight, and
-// the completed copies are visible to the thread that issued them (no barrier needed when a lane
-// reads only what it copied). .cg: cached in L2 only, the weights are read once.
-__device__ __forceinline__ std::uint32_t sharedAddress(const void* p) {
-    return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void copyAsync16(void* sharedDst, const void* globalSrc) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sharedAddress(sharedDst)), "l"(globalSrc) : "memory");
-}
-__device__ __forceinline__ void commitAsyncCopies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void waitAsyncCopies() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Σ over one group for rows g (accA) and g+8 (accB): 4 words per row, 2 mmas per word.
@@ -451,12 +444,6 @@ constexpr int kPlanePad = 16;                       // bytes after each plane: c
 __host__ __device__ constexpr std::int64_t planeBytes(std::int64_t groups) { return groups * 128 + kPlanePad; }
 // Shared memory of the integer x: the planes, then one float per group (2^-E_G / 2).
 __host__ __device__ constexpr std::int64_t integerXBytes(std::int64_t groups) { return kPlanes * planeBytes(groups) + groups * 4; }
-// The same in 16-byte units, rounded up: where the async-copy ring starts.
-__host__ __device__ constexpr std::int64_t integerXVectors(std::int64_t groups) { return (integerXBytes(groups) + 15) / 16; }
-// Shared memory of the ring: 8 warps × D slots × 1 KB per weight.
-__host__ __device__ constexpr std::int64_t ringBytes(int depth, bool geglu) {
-    return static_cast<std::int64_t>(kMmaWarps) * depth * (geglu ? 2 : 1) * 1024;
-}
 
 __device__ __forceinline__ void imma16832(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -617,6 +604,8 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
 struct TileRows {
     const std::uint8_t *codesA, *codesB;
     const std::uint16_t *scalesA, *scalesB;
+    const uint4* tiled;                 // the tile's first item + lane (tiled layout)
+    const std::uint32_t* tiledScales;  // the tile's first item's scale words + g
 };
 
 __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
@@ -639,6 +628,9 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
     t.codesB = S.codes + rowB * rowBytes + q * 16;
     t.scalesA = S.scales + rowA * groups;
     t.scalesB = S.scales + rowB * groups;
+    const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups;
+    t.tiled = reinterpret_cast<const uint4*>(S.codes) + item0 * 64 + g * 4 + q;
+    t.tiledScales = reinterpret_cast<const std::uint32_t*>(S.scales) + item0 * 8 + g;
     return t;
 }
 
@@ -678,11 +670,9 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // refilled at once with the item D ahead, across tile boundaries, so the memory pipe never drains
 // between tiles. At the end of each tile the warps' partial sums meet in shared memory (double
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
-// RING (integer x, GPI 1): the D items in flight are asynchronous copies into the warp's ring of
-// D shared-memory slots (ringBytes) instead of registers, so D is bounded by shared memory, not
-// by the 128 registers of two blocks per SM; the lane reads back only the 32 bytes it copied.
-// Scales stay register loads (one word per item). Same arithmetic, same order: bit-identical.
-template <bool GEGLU, XForm X, int D, int GPI, bool RING = false>
+// TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
+// contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
@@ -704,12 +694,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
     if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
-    static_assert(!RING || (INTEGER && GPI == 1), "the ring holds one group per item, integer x");
+    static_assert(!TILED || GPI == 1, "the tiled layout: one group per item");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
-    // The ring (RING only): after x, per warp D slots × (gate, up) × (rows g, g+8) × 32 lanes × 16 B.
-    uint4* const ring = reinterpret_cast<uint4*>(xsRaw) + integerXVectors(groups) + warp * D * (GEGLU ? 2 : 1) * 64 + lane;
-    auto ringSlot = [&](int u, int weight) { return ring + (u * (GEGLU ? 2 : 1) + weight) * 64; };
     auto fetch = [&](int u) {
         GroupLoad (&dst)[GPI] = slot[u];
         GroupLoad (&dstUp)[GPI] = slotUp[GEGLU ? u : 0];
@@ -720,15 +707,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             const int G = warp + local * kMmaWarps;
             const std::ptrdiff_t codeDelta = GEGLU ? args.segment[0].upCodes - args.segment[0].codes : 0;
             const std::ptrdiff_t scaleDelta = GEGLU ? args.segment[0].upScales - args.segment[0].scales : 0;
-            if constexpr (RING) {
-                const std::int64_t byte = static_cast<std::int64_t>(G) * 64;
-                copyAsync16(ringSlot(u, 0), loadRows.codesA + byte);
-                copyAsync16(ringSlot(u, 0) + 32, loadRows.codesB + byte);
-                dst[s].scales = loadGroupScales(loadRows.scalesA, loadRows.scalesB, G);
-                if constexpr (GEGLU) {
-                    copyAsync16(ringSlot(u, 1), loadRows.codesA + codeDelta + byte);
-                    copyAsync16(ringSlot(u, 1) + 32, loadRows.codesB + codeDelta + byte);
-                    dstUp[s].scales = loadGroupScales(loadRows.scalesA + scaleDelta, loadRows.scalesB + scaleDelta, G);
+            if constexpr (TILED) {
+                const uint4* item = loadRows.tiled + static_cast<std::int64_t>(G) * 64;
+                dst[s].rowA = ldgStream16(item);
+                dst[s].rowB = ldgStream16(item + 32);
+                dst[s].scales = __ldg(loadRows.tiledScales + G * 8);
+                if constexpr (GEGLU) {  // the same distances as codeDelta and scaleDelta, in 16 and 4 bytes
+                    const std::ptrdiff_t tiledDelta = codeDelta / 16;
+                    const std::ptrdiff_t tiledScaleDelta = scaleDelta / 2;
+                    dstUp[s].rowA = ldgStream16(item + tiledDelta);
+                    dstUp[s].rowB = ldgStream16(item + tiledDelta + 32);
+                    dstUp[s].scales = __ldg(loadRows.tiledScales + tiledScaleDelta + G * 8);
                 }
                 continue;
             }
@@ -750,7 +739,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 #pragma unroll
     for (int u = 0; u < D; ++u) {
         if (u < items) fetch(u);
-        if constexpr (RING) commitAsyncCopies();  // one group per slot, empty or not: see below
     }
     gridDependencyWait();
 
@@ -790,17 +778,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             if (k0 + u >= items) break;
-            if constexpr (RING) {
-                // Groups committed so far: D + (items computed); this item's is the oldest of
-                // the D still open, so at most D - 1 may stay in flight.
-                waitAsyncCopies<D - 1>();
-                slot[u][0].rowA = ringSlot(u, 0)[0];
-                slot[u][0].rowB = ringSlot(u, 0)[32];
-                if constexpr (GEGLU) {
-                    slotUp[u][0].rowA = ringSlot(u, 1)[0];
-                    slotUp[u][0].rowB = ringSlot(u, 1)[32];
-                }
-            }
 #pragma unroll
             for (int s = 0; s < GPI; ++s) {
                 const int local = computeItem * GPI + s;
@@ -815,10 +792,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                     if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
                 }
             }
-            // The refill follows the mmas that consumed the slot (their operands were read back
-            // first), so the copies cannot overwrite a slot still being read.
             if (k0 + u + D < items) fetch(u);
-            if constexpr (RING) commitAsyncCopies();
             if (++computeItem == myItems) {
                 computeItem = 0;
                 flush(computeTile++);
@@ -857,7 +831,7 @@ cudaError_t launchShape(const Fp4MatvecParams& p, const LaunchPlan& plan, const 
         }
     }
     fp4MatvecKernel<R, NB, GEGLU, XSMEM><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(
-        p.codes, p.scales, p.upCodes, p.upScales, p.out, p.in, x, p.xStride, y, p.yStride);
+        p.codes, p.scales, p.upCodes, p.upScales, p.out, p.in, x, p.xStride, y, p.yStride, p.tiled);
     return cudaGetLastError();
 }
 
@@ -946,40 +920,21 @@ inline cudaError_t launchPersistent(void (*kernel)(MmaArgs, int), std::size_t& r
                         args, tiles);
 }
 
-template <bool GEGLU, XForm X, int D, int GPI, bool RING = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    return launchPersistent(fp4MatvecMmaKernel<GEGLU, X, D, GPI, RING>, raised, kMmaThreads, args, tiles, smem, facts, programmatic,
+    return launchPersistent(fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>, raised, kMmaThreads, args, tiles, smem, facts, programmatic,
                             stream);
 }
 
 // x as fp16 hi + lo (split) or one fp16: the two fp16 instances of a variant.
-template <bool GEGLU, int D, int GPI>
+template <bool GEGLU, int D, int GPI, bool TILED = false>
 cudaError_t launchFp16Variant(XForm form, const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                               bool programmatic, cudaStream_t stream) {
-    return form == XForm::Fp16Split ? launchMmaTyped<GEGLU, XForm::Fp16Split, D, GPI>(args, tiles, smem, facts, programmatic, stream)
-                                    : launchMmaTyped<GEGLU, XForm::Fp16Single, D, GPI>(args, tiles, smem, facts, programmatic, stream);
-}
-
-// The async-copy ring (integer x): the deep ring where two blocks per SM still fit in shared
-// memory, else the shallow one where two fit, else the deep one alone (one block per SM) where it
-// fits, else the shallow one alone (the caller checked that it fits).
-template <bool GEGLU>
-cudaError_t launchRing(const MmaArgs& args, int tiles, std::int64_t groups, const DeviceFacts& facts, bool programmatic,
-                       cudaStream_t stream) {
-    constexpr int kDeep = GEGLU ? 4 : 8, kShallow = GEGLU ? 2 : 4;
-    constexpr std::size_t kStaticReserve = 4096;  // as launchPersistent
-    const std::size_t x = static_cast<std::size_t>(integerXVectors(groups)) * 16;
-    const std::size_t deep = x + static_cast<std::size_t>(ringBytes(kDeep, GEGLU));
-    const std::size_t shallow = x + static_cast<std::size_t>(ringBytes(kShallow, GEGLU));
-    const std::size_t perSm = static_cast<std::size_t>(facts.maxSharedPerSm);
-    const bool deepFitsTwice = 2 * (deep + kStaticReserve) <= perSm;
-    const bool shallowFitsTwice = 2 * (shallow + kStaticReserve) <= perSm;
-    const bool deepFits = deep <= static_cast<std::size_t>(facts.maxSharedPerBlockOptin);
-    if (deepFitsTwice || (!shallowFitsTwice && deepFits))
-        return launchMmaTyped<GEGLU, XForm::Integer, kDeep, 1, true>(args, tiles, deep, facts, programmatic, stream);
-    return launchMmaTyped<GEGLU, XForm::Integer, kShallow, 1, true>(args, tiles, shallow, facts, programmatic, stream);
+    return form == XForm::Fp16Split
+               ? launchMmaTyped<GEGLU, XForm::Fp16Split, D, GPI, TILED>(args, tiles, smem, facts, programmatic, stream)
+               : launchMmaTyped<GEGLU, XForm::Fp16Single, D, GPI, TILED>(args, tiles, smem, facts, programmatic, stream);
 }
 
 // Batch 1 on tensor cores: every segment's tiles in one grid.
@@ -1012,10 +967,11 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    if (p.asyncCopies && form == XForm::Integer && !p.twoGroupItems &&
-        static_cast<std::size_t>(integerXVectors(groups)) * 16 + static_cast<std::size_t>(ringBytes(GEGLU ? 2 : 4, GEGLU)) <=
-            static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) {
-        err = launchRing<GEGLU>(args, tiles, groups, facts, pdl, stream);
+    if (p.tiled && form == XForm::Integer) {
+        if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
+        else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
+    } else if (p.tiled) {
+        err = launchFp16Variant<GEGLU, GEGLU ? 2 : 4, 1, true>(form, args, tiles, smem, facts, pdl, stream);
     } else if (form == XForm::Integer) {
         if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1>(args, tiles, smem, facts, pdl, stream);
         else if (p.twoGroupItems) err = launchMmaTyped<false, XForm::Integer, 2, 2>(args, tiles, smem, facts, pdl, stream);
@@ -1041,6 +997,13 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
         return KernelStatus::InvalidArgument;
     if (p.extraCount < 0 || p.extraCount > 2 || (GEGLU && p.extraCount > 0)) return KernelStatus::InvalidArgument;
+    // The tiled layout: scale words 4-byte aligned; one group per item (no two-group items).
+    if (p.tiled) {
+        auto misaligned4 = [](const void* q) { return (reinterpret_cast<std::uintptr_t>(q) & 3u) != 0; };
+        if (p.twoGroupItems || misaligned4(p.scales) || (GEGLU && misaligned4(p.upScales))) return KernelStatus::InvalidArgument;
+        for (int e = 0; e < p.extraCount; ++e)
+            if (misaligned4(p.extra[e].scales)) return KernelStatus::InvalidArgument;
+    }
     for (int e = 0; e < p.extraCount; ++e) {
         const auto& x = p.extra[e];
         const std::int64_t stride = x.yStride ? x.yStride : p.yStride;

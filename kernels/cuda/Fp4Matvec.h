@@ -54,11 +54,12 @@ struct Fp4MatvecParams {
     // default: measured on the H200, -15 % to +9 % per shape with fp16 x, -5 % to +12 % with
     // integer x (docs/PERFORMANCE.md).
     bool twoGroupItems = false;
-    // Tensor-core path with integer x: the items in flight are asynchronous copies (cp.async) into
-    // a per-warp ring in shared memory instead of registers, 8 deep (GeGLU 4) where two blocks per
-    // SM still fit, else 4 (2); bit-identical to the register pipeline. An experiment, off by
-    // default until measured (docs/PERFORMANCE.md, version 5).
-    bool asyncCopies = false;
+    // The weights (codes, scales, upCodes, upScales and the extras') are in the tiled layout
+    // (kernels/include/kernels/Fp4Tiled.h; scales then point at its 32-bit scale words, 4-byte
+    // aligned) instead of the row layout; every path reads it, with bit-identical results. The
+    // CUDA backend tiles its weights at load (Fp4Tile.cu): the tensor-core kernel's loads become
+    // contiguous 512-byte reads. Not with twoGroupItems.
+    bool tiled = false;
     // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
     // start while the previous kernel in the stream finishes; it prefetches its first weights and
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The

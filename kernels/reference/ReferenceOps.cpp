@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -143,6 +144,33 @@ float geluTanh(float x) {
 
 void gegluRows(const float* gate, const float* up, std::int64_t n, float* out) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = geluTanh(gate[i]) * up[i];
+}
+
+void tileFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out, std::int64_t in,
+             std::uint8_t* tiledCodes, std::uint32_t* tiledScales) {
+    const std::int64_t rowBytes = fmt::fp4RowBytes(in);
+    const std::int64_t groups = fmt::fp4GroupsPerRow(in);
+    const std::int64_t tiles = (out + 15) / 16;
+    for (std::int64_t t = 0; t < tiles; ++t) {
+        for (std::int64_t G = 0; G < groups; ++G) {
+            const std::int64_t item = t * groups + G;
+            for (int lane = 0; lane < 32; ++lane) {
+                const int g = lane / 4, q = lane % 4;
+                for (int half = 0; half < 2; ++half) {
+                    const std::int64_t row = t * 16 + g + 8 * half;
+                    std::uint8_t* target = tiledCodes + item * 1024 + half * 512 + lane * 16;
+                    if (row < out) std::memcpy(target, codes + row * rowBytes + G * 64 + q * 16, 16);
+                    else std::memset(target, 0, 16);
+                }
+            }
+            for (int g = 0; g < 8; ++g) {
+                const std::int64_t rowA = t * 16 + g, rowB = rowA + 8;
+                const std::uint32_t lo = rowA < out ? scales[rowA * groups + G] : 0u;
+                const std::uint32_t hi = rowB < out ? scales[rowB * groups + G] : 0u;
+                tiledScales[item * 8 + g] = lo | (hi << 16);
+            }
+        }
+    }
 }
 
 void dequantizeFp4ToBf16(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out,

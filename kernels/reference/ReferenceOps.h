@@ -37,6 +37,15 @@ void linearFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int6
 void linearFp8Rows(const std::uint8_t* codes, const float* rowScales, std::int64_t out,
                    std::int64_t in, const float* x, std::int64_t rows, float* y);
 
+// The tiled device layout of an FP4 weight (kernels/include/kernels/Fp4Tiled.h), written from the
+// lanes' point of view (independently of the header's index functions, which tests check against
+// it): item (t, G), lane L = 4g + q: bytes [16L, 16L + 16) hold row 16t + g's row-layout chunk
+// 4G + q, bytes [512 + 16L, ...) row 16t + g + 8's; scale word g holds rows 16t + g and 16t + g + 8.
+// Rows past `out`: zero codes, zero scales. tiledCodes: fp4tiled::codeBytes(out, in) bytes;
+// tiledScales: fp4tiled::scaleWords(out, in) words.
+void tileFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out, std::int64_t in,
+             std::uint8_t* tiledCodes, std::uint32_t* tiledScales);
+
 // Dequantizes one row of each format into fp32 (embedding gathers, parity oracles).
 void dequantizeFp4Row(const std::uint8_t* codesRow, const std::uint16_t* scalesRow, std::int64_t in,
                       float* out);

@@ -3,6 +3,8 @@
 //   on every FP4 linear shape of the 12b preset and odd sizes (in not a multiple of 128 or of 8,
 //   out = 1, 3), wide-range scales (every exponent, both signs, subnormals, overflow to inf),
 //   forced small grids (grid-stride loop), columns past `in` and row gaps poisoned (must stay so);
+//   every case (BF16 and FP16) also from the tiled layout of the same weight (Fp4Tiled.h, built
+//   on the host here; out not a multiple of 16 leaves zero padding rows), against the same reference;
 // - ActivationConvert.cu: fp32 → bf16 hi (+ lo), bit for bit against reference::splitToBf16, and
 //   |x − (hi + lo)| <= 2^-16·|x|; vector and element paths;
 // - GegluElementwise.cu: against an FP64 gelu_tanh(gate)·up and reference::gegluGateUpRows; in place;
@@ -15,6 +17,8 @@
 #include "../../kernels/cuda/GegluElementwise.cu"
 #include "../../kernels/reference/ReferenceOps.cpp"
 #include "HarnessCommon.h"
+
+#include <kernels/Fp4Tiled.h>
 
 #include <iterator>
 
@@ -40,6 +44,50 @@ std::uint16_t randomFiniteBf16(std::mt19937_64& rng) {
 
 
 // ---- dequantize ------------------------------------------------------------------------------------
+// W in the tiled layout (kernels/include/kernels/Fp4Tiled.h), built from the row layout with that
+// header's own offsets: every 16-byte chunk of a row copied to chunkOffset, every bf16 scale or-ed
+// into its half (scaleShift) of scaleWord. Both vectors start zeroed, so the padding rows past
+// `out` of the last tile are zero codes and zero scales, as the layout says, and the device copy
+// is fully initialized (initcheck) although the kernel never reads those rows.
+struct TiledFp4 {
+    std::vector<std::uint8_t> codes;
+    std::vector<std::uint32_t> scales;
+};
+TiledFp4 tileFp4(const Fp4Matrix& w) {
+    namespace tiled = fmt::fp4tiled;
+    TiledFp4 t;
+    t.codes.assign(static_cast<std::size_t>(tiled::codeBytes(w.out, w.in)), 0);
+    t.scales.assign(static_cast<std::size_t>(tiled::scaleWords(w.out, w.in)), 0);
+    const std::int64_t chunksPerRow = w.rowBytes / 16;
+    for (std::int64_t o = 0; o < w.out; ++o) {
+        for (std::int64_t c = 0; c < chunksPerRow; ++c)
+            std::memcpy(&t.codes[static_cast<std::size_t>(tiled::chunkOffset(o, c, w.groups))],
+                        &w.codes[static_cast<std::size_t>(o * w.rowBytes + 16 * c)], 16);
+        for (std::int64_t g = 0; g < w.groups; ++g)
+            t.scales[static_cast<std::size_t>(tiled::scaleWord(o, g, w.groups))] |=
+                static_cast<std::uint32_t>(w.scales[static_cast<std::size_t>(o * w.groups + g)]) << tiled::scaleShift(o);
+    }
+    return t;
+}
+
+// "k of n differ" and, if any, the first mismatch ([row][column] of y, got and wanted bits).
+std::string mismatchNote(const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want, std::int64_t ldOut,
+                         std::size_t& mismatches) {
+    std::size_t first = 0;
+    mismatches = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+        if (got[i] != want[i] && mismatches++ == 0) first = i;
+    std::string note = std::to_string(mismatches) + " of " + std::to_string(got.size()) + " differ";
+    if (mismatches) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, " (first [%lld][%lld]: got 0x%04x want 0x%04x)",
+                      static_cast<long long>(first / ldOut), static_cast<long long>(first % ldOut), got[first],
+                      want[first]);
+        note += buf;
+    }
+    return note;
+}
+
 struct DequantCase {
     std::string name;
     std::int64_t out, in;
@@ -71,21 +119,35 @@ void runDequant(const DequantCase& c, std::mt19937_64& rng, Report& report) {
     // The reference writes columns [0, in); the rest keeps the poison, as the device buffer must.
     std::vector<std::uint16_t> want(got.size(), kPoison16);
     ref::dequantizeFp4ToBf16(w.codes.data(), w.scales.data(), c.out, c.in, want.data(), ldOut);
-    std::size_t mismatches = 0, first = 0;
-    for (std::size_t i = 0; i < got.size(); ++i)
-        if (got[i] != want[i] && mismatches++ == 0) first = i;
-    std::string note = std::to_string(mismatches) + " of " + std::to_string(got.size()) + " differ";
-    if (mismatches) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf, " (first [%lld][%lld]: got 0x%04x want 0x%04x)",
-                      static_cast<long long>(first / ldOut), static_cast<long long>(first % ldOut), got[first],
-                      want[first]);
-        note += buf;
-    }
+    std::size_t mismatches = 0;
+    const std::string note = mismatchNote(got, want, ldOut, mismatches);
     const std::string tag = c.name + " " + dims(c.out, c.in) + " ld " + std::to_string(ldOut) +
                             (c.wideScales ? " wide scales" : "") +
                             (c.blocks ? " blocks " + std::to_string(c.blocks) : "");
     report.addCheck("dequant bit-exact " + tag, mismatches == 0, note);
+
+    // The same weight in the tiled layout: the same launch otherwise, so the same bits (the
+    // reference and the poisoned columns included) are required. Run again for FP16 below.
+    const TiledFp4 tw = tileFp4(w);
+    DeviceBuffer<std::uint8_t> dTiledCodes(tw.codes.size());
+    DeviceBuffer<std::uint32_t> dTiledScales(tw.scales.size());
+    dTiledCodes.upload(tw.codes);
+    dTiledScales.upload(tw.scales);
+    kc::Fp4DequantizeParams tiledParams = p;
+    tiledParams.codes = dTiledCodes.ptr;
+    tiledParams.scales = reinterpret_cast<const std::uint16_t*>(dTiledScales.ptr);  // cudaMalloc: aligned
+    tiledParams.tiled = true;
+    const auto runTiled = [&](bool fp16, float multiplier) {
+        tiledParams.fp16 = fp16;
+        tiledParams.multiplier = multiplier;
+        dy.poison();
+        HCHECK_STATUS(kc::launchFp4DequantizeBf16(tiledParams, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        return dy.download();
+    };
+    std::size_t tiledMismatches = 0;
+    const std::string tiledNote = mismatchNote(runTiled(false, 1.0f), want, ldOut, tiledMismatches);
+    report.addCheck("dequant tiled bit-exact " + tag, tiledMismatches == 0, tiledNote);
 
     // The reference's own semantics against exact arithmetic: bf16 round-to-nearest of the exact
     // product is within half a bf16 ulp, i.e. 2^-8 relative (normal range; ordinary scales only).
@@ -135,6 +197,9 @@ void runDequant(const DequantCase& c, std::mt19937_64& rng, Report& report) {
         detail += buf;
     }
     report.addCheck("dequant fp16 bit-exact " + tag, mismatches16 == 0, detail);
+    std::size_t tiledMismatches16 = 0;
+    const std::string tiledNote16 = mismatchNote(runTiled(true, multiplier), want16, ldOut, tiledMismatches16);
+    report.addCheck("dequant tiled fp16 bit-exact " + tag, tiledMismatches16 == 0, tiledNote16);
     if (!c.wideScales) {
         std::size_t inexact = 0;
         for (std::int64_t o = 0; o < c.out; ++o)
@@ -586,6 +651,17 @@ int main() {
         p.multiplier = 3.0f;
         report.addCheck("dequant refuses a multiplier that is not a power of two",
                         kc::launchFp4DequantizeBf16(p, nullptr) == kc::KernelStatus::InvalidArgument, "");
+        // Otherwise valid arguments (BF16, multiplier 1, buffers of the tiled sizes, so that a
+        // launcher that failed to refuse would still stay in bounds), the scale words 2-byte aligned.
+        DeviceBuffer<std::uint8_t> tiledCodes(static_cast<std::size_t>(fmt::fp4tiled::codeBytes(4, 100)));
+        DeviceBuffer<std::uint32_t> tiledScales(static_cast<std::size_t>(fmt::fp4tiled::scaleWords(4, 100)) + 1);
+        p.fp16 = false;
+        p.multiplier = 1.0f;
+        p.tiled = true;
+        p.codes = tiledCodes.ptr;
+        p.scales = reinterpret_cast<const std::uint16_t*>(tiledScales.ptr) + 1;
+        report.addCheck("dequant refuses a misaligned tiled scale pointer",
+                        kc::launchFp4DequantizeBf16(p, nullptr) == kc::KernelStatus::InvalidArgument, "");
         kc::ActivationConvertParams a;
         report.addCheck("split refuses null pointers", kc::launchActivationToBf16(a, nullptr) == kc::KernelStatus::InvalidArgument, "");
         DeviceBuffer<float> f(4 * 64);
@@ -607,6 +683,7 @@ int main() {
         {"odd", 7, 256, 256},    {"odd", 3, 4000},        {"odd", 1001, 2112},    {"wide", 64, 1000, 0, true},
         {"wide", 3, 77, 0, true}, {"grid", 77, 200, 0, false, 1}, {"grid", 1001, 2112, 0, false, 3},
         {"grid", 333, 130, 0, false, 2},
+        {"odd", 16, 128},        {"odd", 31, 1000},  // one whole tile; one row short of two (tiled padding)
     };
     if (quick) {
         dequant.push_back({"12b.k_full", 512, 3840});

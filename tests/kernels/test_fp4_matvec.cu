@@ -9,10 +9,15 @@
 //   bits there); q/k/v fused into one launch (Fp4MatvecParams::extra) against three references;
 // - programmatic dependent launch: norm → matvec → matvec chains with every buffer NaN-poisoned
 //   first, repeated, so a matvec that read x before its producer finished would show it;
+// - the tiled device layout (Fp4Tile op, checked byte for byte against a host tiling): every path
+//   (tensor cores, CUDA cores, batches, GeGLU, fused q/k/v, fp16 x) bit-identical to the row layout;
 // - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
 #include "../../kernels/cuda/Fp4Matvec.cu"
+#include "../../kernels/cuda/Fp4Tile.cu"
 #include "../../kernels/cuda/RmsNorm.cu"
 #include "HarnessCommon.h"
+
+#include <memory>
 
 using namespace harness;
 using gemma::cuda::Fp4MatvecParams;
@@ -129,7 +134,70 @@ double geluTanhRef(double v) {
 }
 
 
-enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Async };
+// Tiled: the weights in the tiled layout (Fp4MatvecParams::tiled, built by the Fp4Tile op);
+// TiledCudaCores: the same on the fp32 CUDA-core kernel.
+enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Tiled, TiledCudaCores };
+bool isTiled(Path p) { return p == Path::Tiled || p == Path::TiledCudaCores; }
+
+// A weight in the tiled layout (kernels/include/kernels/Fp4Tiled.h) on the device, made by the
+// Fp4Tile op from the row layout; the op's output is checked byte for byte against a host
+// tiling written from the lanes' point of view (item (t, G), lane L = 4g + q: row 16t + g's chunk
+// 4G + q at 16L, row 16t + g + 8's at 512 + 16L; rows past out zero), into poisoned buffers.
+struct TiledFp4 {
+    DeviceBuffer<std::uint8_t> codes;
+    DeviceBuffer<std::uint32_t> scales;
+    const std::uint16_t* scaleBits() const { return reinterpret_cast<const std::uint16_t*>(scales.ptr); }
+};
+TiledFp4 tileWeight(const Fp4Matrix& m, const DeviceFp4& d, Report& report) {
+    const std::int64_t tiles = (m.out + 15) / 16;
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(tiles * m.groups * 1024));
+    std::vector<std::uint32_t> scales(static_cast<std::size_t>(tiles * m.groups * 8));
+    for (std::int64_t t = 0; t < tiles; ++t)
+        for (std::int64_t G = 0; G < m.groups; ++G) {
+            const std::int64_t item = t * m.groups + G;
+            for (int lane = 0; lane < 32; ++lane)
+                for (int half = 0; half < 2; ++half) {
+                    const std::int64_t row = t * 16 + lane / 4 + 8 * half;
+                    std::uint8_t* target = &codes[item * 1024 + half * 512 + lane * 16];
+                    if (row < m.out) std::memcpy(target, &m.codes[row * m.rowBytes + G * 64 + (lane % 4) * 16], 16);
+                    else std::memset(target, 0, 16);
+                }
+            for (int g = 0; g < 8; ++g) {
+                const std::int64_t rowA = t * 16 + g, rowB = rowA + 8;
+                scales[item * 8 + g] = (rowA < m.out ? m.scales[rowA * m.groups + G] : 0u) |
+                                       (rowB < m.out ? std::uint32_t{m.scales[rowB * m.groups + G]} << 16 : 0u);
+            }
+        }
+    TiledFp4 t{DeviceBuffer<std::uint8_t>(codes.size()), DeviceBuffer<std::uint32_t>(scales.size())};
+    HCHECK(cudaMemset(t.codes.ptr, 0xFF, codes.size()));
+    HCHECK(cudaMemset(t.scales.ptr, 0xFF, scales.size() * 4));
+    gemma::cuda::Fp4TileParams tp;
+    tp.codes = d.codes.ptr;
+    tp.scales = d.scales.ptr;
+    tp.out = m.out;
+    tp.in = m.in;
+    tp.tiledCodes = t.codes.ptr;
+    tp.tiledScales = t.scales.ptr;
+    HCHECK_STATUS(gemma::cuda::launchFp4Tile(tp, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    const std::string name = "tile op " + std::to_string(m.out) + "x" + std::to_string(m.in);
+    report.addCheck(name + " codes equal the host tiling", t.codes.download() == codes, "");
+    report.addCheck(name + " scales equal the host tiling", t.scales.download() == scales, "");
+    return t;
+}
+// `copies` copies of a tiled weight, rotated by the timing loops like the row-layout copies.
+struct TiledCopies {
+    std::size_t codeBytes, scaleWords;
+    DeviceBuffer<std::uint8_t> codes;
+    DeviceBuffer<std::uint32_t> scales;
+    TiledCopies(const TiledFp4& t, int copies)
+        : codeBytes(t.codes.count), scaleWords(t.scales.count), codes(t.codes.count * copies), scales(t.scales.count * copies) {
+        for (int c = 0; c < copies; ++c) {
+            HCHECK(cudaMemcpy(codes.ptr + c * codeBytes, t.codes.ptr, codeBytes, cudaMemcpyDeviceToDevice));
+            HCHECK(cudaMemcpy(scales.ptr + c * scaleWords, t.scales.ptr, scaleWords * 4, cudaMemcpyDeviceToDevice));
+        }
+    }
+};
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
               bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false,
@@ -162,7 +230,13 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.singleHalfX = path == Path::SingleHalf;
     p.twoGroupItems = path == Path::TwoGroups;
     p.fp16X = path == Path::Fp16Split;
-    p.asyncCopies = path == Path::Async;
+    p.forceCudaCores = p.forceCudaCores || path == Path::TiledCudaCores;
+    TiledFp4 tiled = isTiled(path) ? tileWeight(w, dw, report) : TiledFp4{DeviceBuffer<std::uint8_t>(16), DeviceBuffer<std::uint32_t>(4)};
+    if (isTiled(path)) {
+        p.codes = tiled.codes.ptr;
+        p.scales = tiled.scaleBits();
+        p.tiled = true;
+    }
     // hi + lo and the fp32 kernel are near fp32 (1e-4 leaves room for accumulation order over
     // 21504 inputs). One fp16 for x is checked below against its own error bound instead.
     const double tol = path == Path::SingleHalf ? 1.0 : 1e-4;
@@ -170,24 +244,32 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
     std::vector<float> y = dy.download();
-    // The async-copy ring runs the register pipeline's arithmetic in the same order (only where
-    // the codes wait differs), so its outputs must equal the default kernel's bit for bit.
+    // The tiled layout feeds the same arithmetic in the same order (only the addresses differ),
+    // so its outputs must equal the row layout's bit for bit.
     auto sameBits = [&](const std::vector<float>& a, const std::vector<float>& b, std::int64_t outs) {
         for (int r = 0; r < rows; ++r)
             for (std::int64_t o = 0; o < outs; ++o)
                 if (std::memcmp(&a[r * yStride + o], &b[r * yStride + o], sizeof(float)) != 0) return false;
         return true;
     };
-    auto checkAgainstRegisters = [&](const Fp4MatvecParams& ring, bool geglu, const std::vector<float>& got) {
-        Fp4MatvecParams registers = ring;
-        registers.asyncCopies = false;
+    // rowsLayout: the same launch with the row-layout pointers (gate, then up for GeGLU).
+    auto checkAgainstRows = [&](const Fp4MatvecParams& tiledParams, bool geglu, const std::vector<float>& got,
+                                const DeviceFp4* upRows) {
+        Fp4MatvecParams registers = tiledParams;
+        registers.tiled = false;
+        registers.codes = dw.codes.ptr;
+        registers.scales = dw.scales.ptr;
+        if (upRows) {
+            registers.upCodes = upRows->codes.ptr;
+            registers.upScales = upRows->scales.ptr;
+        }
         dy.poison();
         HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(registers, nullptr) : gemma::cuda::launchFp4Matvec(registers, nullptr));
         HCHECK(cudaDeviceSynchronize());
-        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " async-copy ring bit-identical to the register pipeline",
+        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " tiled layout bit-identical to the row layout",
                         sameBits(got, dy.download(), s.out), "");
     };
-    if (path == Path::Async) checkAgainstRegisters(p, false, y);
+    if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -210,7 +292,8 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                             (path == Path::CudaCores ? " cuda-cores" : path == Path::SingleHalf ? " one-fp16-x"
                              : path == Path::TwoGroups ? " two-group items"
                              : path == Path::Fp16Split ? " fp16-x"
-                             : path == Path::Async ? " async-copy ring" : "");
+                             : path == Path::Tiled ? " tiled layout"
+                             : path == Path::TiledCudaCores ? " tiled cuda-cores" : "");
     // Near-fp32 paths: 1e-4 of max|ref| over >= 64 outputs, and 1e-5·Σ|w·x| per output always.
     const bool manyOutputs = rows * s.out >= 64;
     if (path != Path::SingleHalf && manyOutputs)
@@ -254,11 +337,16 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         Fp4MatvecParams g = p;
         g.upCodes = du.codes.ptr;
         g.upScales = du.scales.ptr;
+        TiledFp4 upTiled = isTiled(path) ? tileWeight(up, du, report) : TiledFp4{DeviceBuffer<std::uint8_t>(16), DeviceBuffer<std::uint32_t>(4)};
+        if (isTiled(path)) {
+            g.upCodes = upTiled.codes.ptr;
+            g.upScales = upTiled.scaleBits();
+        }
         dy.poison();
         HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(g, nullptr));
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
-        if (path == Path::Async) checkAgainstRegisters(g, true, yg);
+        if (isTiled(path)) checkAgainstRows(g, true, yg, &du);
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -292,6 +380,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 HCHECK(cudaMemcpy(sg.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
                 HCHECK(cudaMemcpy(su.ptr + c * w.scales.size(), du.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
             }
+            std::unique_ptr<TiledCopies> tg, tu;
+            if (path == Path::Tiled) {
+                tg = std::make_unique<TiledCopies>(tiled, copies);
+                tu = std::make_unique<TiledCopies>(upTiled, copies);
+            }
             auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false) {
                 return medianMicros(
                     [&](int i) {
@@ -301,6 +394,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         t.upCodes = cu.ptr + c * w.codes.size();
                         t.scales = sg.ptr + c * w.scales.size();
                         t.upScales = su.ptr + c * w.scales.size();
+                        if (t.tiled) {
+                            t.codes = tg->codes.ptr + c * tg->codeBytes;
+                            t.scales = reinterpret_cast<const std::uint16_t*>(tg->scales.ptr + c * tg->scaleWords);
+                            t.upCodes = tu->codes.ptr + c * tu->codeBytes;
+                            t.upScales = reinterpret_cast<const std::uint16_t*>(tu->scales.ptr + c * tu->scaleWords);
+                        }
                         t.forceCudaCores = cudaCores;
                         t.singleHalfX = singleHalf;
                         t.fp16X = fp16;
@@ -308,16 +407,14 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                     },
                     10, 50);
             };
-            if (path == Path::Async) {  // the async-copy ring against the default register pipeline
-                const bool saved = g.asyncCopies;
-                g.asyncCopies = false;
+            if (path == Path::Tiled) {  // the tiled layout against the row layout
+                const double tiledUs = timeGeglu(false, false);
+                g.tiled = false;  // the timing loop sets the row-layout copies' pointers
                 const double registers = timeGeglu(false, false);
-                g.asyncCopies = true;
-                const double ring = timeGeglu(false, false);
-                g.asyncCopies = saved;
+                g.tiled = true;
                 char line[256];
-                std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  ring %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
-                              s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), ring, bytes / ring * 1e-3,
+                std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
+                              s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                               bytes / registers * 1e-3);
                 perfLines.push_back(line);
             } else {
@@ -347,6 +444,8 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             HCHECK(cudaMemcpy(cc.ptr + c * w.codes.size(), dw.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
             HCHECK(cudaMemcpy(ss.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
         }
+        std::unique_ptr<TiledCopies> tp;
+        if (path == Path::Tiled) tp = std::make_unique<TiledCopies>(tiled, copies);
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
         auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false,
                                bool fp16 = false) {
@@ -356,6 +455,10 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                     const int c = i % copies;
                     t.codes = cc.ptr + c * w.codes.size();
                     t.scales = ss.ptr + c * w.scales.size();
+                    if (t.tiled) {
+                        t.codes = tp->codes.ptr + c * tp->codeBytes;
+                        t.scales = reinterpret_cast<const std::uint16_t*>(tp->scales.ptr + c * tp->scaleWords);
+                    }
                     t.forceCudaCores = cudaCores;
                     t.singleHalfX = singleHalf;
                     t.rowsPerWarp = rowsPerWarp;
@@ -366,13 +469,13 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 },
                 10, 30);
         };
-        if (path == Path::Async) {  // p has asyncCopies set: the async-copy ring against the default
-            const double ring = timeVariant(false, 0, false, false);
-            p.asyncCopies = false;
+        if (path == Path::Tiled) {  // p has the tiled layout: against the row layout
+            const double tiledUs = timeVariant(false, 0, false, false);
+            p.tiled = false;
             const double registers = timeVariant(false, 0, false, false);
             char line[256];
-            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec ring %8.2f us %8.1f GB/s | register pipeline %8.1f GB/s",
-                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), ring, bytes / ring * 1e-3,
+            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
+                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                           bytes / registers * 1e-3);
             perfLines.push_back(line);
             return;
@@ -397,12 +500,14 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 // outputs, each checked against its own FP64 reference; the tiles of segment boundaries that are
 // not multiples of 16 rows check the segment lookup.
 void runFused(const std::string& name, std::int64_t in, const std::int64_t (&outs)[3], int rows,
-              std::mt19937_64& rng, Report& report, bool twoGroups = false, bool fp16 = false, bool ring = false) {
+              std::mt19937_64& rng, Report& report, bool twoGroups = false, bool fp16 = false, bool tiled = false) {
     std::vector<Fp4Matrix> ws;
     std::vector<DeviceFp4> dws;
+    std::vector<TiledFp4> tws;
     for (std::int64_t o : outs) {
         ws.push_back(randomFp4(o, in, rng));
         dws.push_back(upload(ws.back()));
+        if (tiled) tws.push_back(tileWeight(ws.back(), dws.back(), report));
     }
     const std::int64_t xStride = (in + 31) / 32 * 32 + 4;
     std::vector<float> x(static_cast<std::size_t>(rows * xStride), std::nanf(""));
@@ -426,8 +531,16 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     p.extraCount = 2;
     p.twoGroupItems = twoGroups;
     p.fp16X = fp16;
-    p.asyncCopies = ring;
     for (int k = 1; k < 3; ++k) p.extra[k - 1] = {dws[k].codes.ptr, dws[k].scales.ptr, outs[k], dys[k].ptr};
+    if (tiled) {
+        p.tiled = true;
+        p.codes = tws[0].codes.ptr;
+        p.scales = tws[0].scaleBits();
+        for (int k = 1; k < 3; ++k) {
+            p.extra[k - 1].codes = tws[k].codes.ptr;
+            p.extra[k - 1].scales = tws[k].scaleBits();
+        }
+    }
     for (auto& d : dys) d.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
@@ -445,7 +558,7 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
             for (std::int64_t o = outs[k]; o < yStride; ++o) gapsIntact &= std::isnan(y[r * yStride + o]);
         }
         const std::string tag = "fused " + name + " segment " + std::to_string(k) + (rows > 1 ? " b" + std::to_string(rows) : "") +
-                                (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "") + (ring ? " async-copy ring" : "");
+                                (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "") + (tiled ? " tiled" : "");
         report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
         if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
     }
@@ -526,7 +639,7 @@ void runIntegerEdgeCases(std::mt19937_64& rng, Report& report) {
 // poisoned with NaN before each round, so reading x or y1 early gives NaN or stale values. The
 // references use the GPU's own x and y1 (downloaded after the round), so only the ordering is
 // under test, 20 rounds.
-void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool ring = false) {
+void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
     constexpr std::int64_t kIn = 3840, kMid = 2048, kOut = 512;
     const Fp4Matrix w1 = randomFp4(kMid, kIn, rng), w2 = randomFp4(kOut, kMid, rng);
     DeviceFp4 d1 = upload(w1), d2 = upload(w2);
@@ -549,7 +662,6 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool ring = fals
         HCHECK_STATUS(gemma::cuda::launchRmsNormResidual(norm, nullptr));
         Fp4MatvecParams a = oneVector(d1, kMid, kIn, x.ptr, y1.ptr);
         a.programmaticLaunch = true;
-        a.asyncCopies = ring;
         HCHECK_STATUS(gemma::cuda::launchFp4Matvec(a, nullptr));
         Fp4MatvecParams b = a;
         b.codes = d2.codes.ptr;
@@ -603,31 +715,14 @@ int main() {
                         gemma::cuda::launchFp4Matvec(bad, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
     }
 
-    // GEMMA_HARNESS_ASYNC=1: the async-copy ring (Fp4MatvecParams::asyncCopies), an experiment
-    // kept out of the default run until measured: every odd and preset shape, GeGLU, fused q/k/v
-    // and the programmatic chain, each preset shape timed against the default register pipeline.
-    if (const char* ring = std::getenv("GEMMA_HARNESS_ASYNC"); ring && std::string(ring) == "1") {
-        std::vector<std::string> perfRing;
-        // With GEMMA_SHAPES as well: only those preset shapes, timed (profiling the ring).
-        if (const char* only = std::getenv("GEMMA_SHAPES")) {
-            for (const auto& s : presetShapes())
-                if (s.name.find(only) != std::string::npos) runShape(s, 1, rng, report, nullptr, true, perfRing, false, Path::Async);
-            for (const auto& line : perfRing) std::printf("%s\n", line.c_str());
-            return report.finish();
-        }
-        for (const auto& s : oddShapes()) runShape(s, 1, rng, report, nullptr, false, perfRing, false, Path::Async);
-        runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, false, /*ring=*/true);
-        runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, false, /*ring=*/true);
-        runProgrammaticChain(rng, report, /*ring=*/true);
-        for (const auto& s : presetShapes()) runShape(s, 1, rng, report, nullptr, !quick, perfRing, false, Path::Async);
-        for (const auto& line : perfRing) std::printf("%s\n", line.c_str());
-        return report.finish();
-    }
     // GEMMA_SHAPES=<substring>: only the preset shapes whose name contains it, timed (profiling).
     if (const char* only = std::getenv("GEMMA_SHAPES")) {
         std::vector<std::string> perfOnly;
         for (const auto& s : presetShapes())
-            if (s.name.find(only) != std::string::npos) runShape(s, 1, rng, report, nullptr, true, perfOnly);
+            if (s.name.find(only) != std::string::npos) {
+                runShape(s, 1, rng, report, nullptr, true, perfOnly);
+                runShape(s, 1, rng, report, nullptr, true, perfOnly, false, Path::Tiled);
+            }
         for (const auto& line : perfOnly) std::printf("%s\n", line.c_str());
         return report.finish();
     }
@@ -648,6 +743,24 @@ int main() {
         runShape(s, 3, rng, report, lt, false, perf);
         runShape(s, 1, rng, report, lt, false, perf, /*forceGlobalX=*/true);
         runShape(s, 2, rng, report, lt, false, perf, /*forceGlobalX=*/true);
+        runShape(s, 1, rng, report, lt, false, perf, false, Path::Tiled);
+        runShape(s, 3, rng, report, lt, false, perf, false, Path::Tiled);
+        runShape(s, 1, rng, report, lt, false, perf, false, Path::TiledCudaCores);
+    }
+    runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, false, /*tiled=*/true);
+    runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, /*fp16=*/true, /*tiled=*/true);
+    runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, false, /*tiled=*/true);
+    // The tiled layout's scale words must be 4-byte aligned: a 2-byte-aligned pointer is refused.
+    {
+        DeviceBuffer<std::uint8_t> codes(1024);
+        DeviceBuffer<std::uint32_t> scales(16);
+        DeviceBuffer<float> x(128), y(16);
+        Fp4MatvecParams t = oneVector(DeviceFp4{DeviceBuffer<std::uint8_t>(16), DeviceBuffer<std::uint16_t>(8)}, 16, 128, x.ptr, y.ptr);
+        t.codes = codes.ptr;
+        t.scales = reinterpret_cast<const std::uint16_t*>(scales.ptr) + 1;
+        t.tiled = true;
+        report.addCheck("launcher refuses misaligned tiled scales",
+                        gemma::cuda::launchFp4Matvec(t, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
     }
     runShape({"odd.1001x2112", 1001, 2112, true}, 5, rng, report, lt, false, perf);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report);
@@ -666,6 +779,7 @@ int main() {
             runShape(s, 1, rng, report, lt, false, perf, false, Path::CudaCores);
             runShape(s, 1, rng, report, lt, false, perf, false, Path::TwoGroups);
             runShape(s, 1, rng, report, lt, false, perf, false, Path::Fp16Split);
+            runShape(s, 1, rng, report, lt, true, perf, false, Path::Tiled);
         }
         runShape({"12b.q_sliding", 4096, 3840, true}, 3, rng, report, lt, false, perf);
         runShape({"31b.down", 5376, 21504, false}, 4, rng, report, lt, false, perf);
@@ -673,6 +787,7 @@ int main() {
     } else {
         runShape({"e2b.kv_sliding", 256, 1536, true}, 1, rng, report, lt, false, perf);
         runShape({"e2b.ple_proj", 1536, 256, false}, 2, rng, report, lt, false, perf);
+        runShape({"e2b.kv_sliding", 256, 1536, true}, 1, rng, report, lt, false, perf, false, Path::Tiled);
     }
     if (lt) cublasLtDestroy(lt);
     if (!perf.empty()) {

@@ -130,6 +130,12 @@ struct OpenOptions {
     // shapes and a 4–11× smaller logit error against the CPU backend, docs/PERFORMANCE.md version
     // 4). false: x as fp16 hi + lo in an fp16 mma, the earlier form (comparisons).
     bool integerMatvec = true;
+    // CUDA: FP4 weights are rearranged on the GPU at load into the tiled layout
+    // (kernels/include/kernels/Fp4Tiled.h: each 16-row × 128-input block contiguous in the order
+    // the batch-1 matvec's lanes read it), the decode matvecs 4–18 % faster per shape on the H200
+    // (docs/PERFORMANCE.md version 5); same results bit for bit. false: the row layout
+    // (comparisons).
+    bool tiledWeights = true;
 };
 
 struct MemoryEstimate {
