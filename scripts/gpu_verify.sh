@@ -9,6 +9,8 @@
 #   GEMMA_BENCH_PRESETS       more presets benchmarked after 12b (e.g. "e2b e4b 31b"), each with
 #                             GEMMA_PRESET_ARGS (default: --skip depth,prefill --allocations 4096);
 #                             their markdown and JSON come back in presets.tar
+#   GEMMA_AB_FLAGS            ';'-separated gemma-bench flag sets (an empty set = the defaults): 12b
+#                             decode at 4096 once per set, two alternating rounds, into summary.txt
 # Output under $OUT (at most 8 files come back): summary.txt first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,12 +38,25 @@ if [[ -n "${GEMMA_BENCH_PRESETS:-}" ]]; then
   done
   tar -C "$out" -cf "$out/presets.tar" presets && rm -rf "$out/presets"
 fi
+# A/B on the same GPU in the same call: 12b decode at allocation 4096 per flag set, alternating.
+if [[ -n "${GEMMA_AB_FLAGS:-}" ]]; then
+  IFS=';' read -r -a variants <<< "$GEMMA_AB_FLAGS"
+  for round in 1 2; do
+    for v in "${variants[@]}"; do
+      timeout 100 /tmp/gemma-build/app/cli/gemma-bench --preset 12b --skip depth,prefill,kernels --allocations 4096 $v \
+        --markdown "$out/ab.md" > /dev/null 2>&1
+      echo "A/B round $round [${v:-defaults}]: $(grep -E '^\| 12b \| 4096 \| 100 \| tg' "$out/ab.md")" >> "$out/ab.txt"
+    done
+  done
+  rm -f "$out/ab.md"
+fi
 {
   echo "== gpu_verify $(date -u '+%Y-%m-%d %H:%M UTC'), $(( $(date +%s) - start )) s"
   sed -n '/== summary ==/,$p' "$out/check.txt"
   sed -n '/== SUMMARY/,$p' "$out/k/summary.txt" 2>/dev/null
   grep -E "FAIL" "$out/k/run.log" 2>/dev/null | head -20
   cat "$out/k/full.txt" 2>/dev/null
+  cat "$out/ab.txt" 2>/dev/null
 } > "$out/summary.txt"
 # Keep what explains a failure; drop the rest (the device returns at most 8 files).
 grep -qE "FAIL|TIMEOUT|CHECK" "$out/k/summary.txt" 2>/dev/null && cp "$out/k/sanitizer.log" "$out/kernels-sanitizer.log"
@@ -49,6 +64,6 @@ grep -q "FAIL" "$out/k/run.log" 2>/dev/null && cp "$out/k/run.log" "$out/kernels
 grep -q "100% tests passed" "$out/ctest.log" 2>/dev/null && rm -f "$out/ctest.log"
 grep -q "0 failed lines" "$out/check.txt" && rm -f "$out/gpu_parity.log"
 for f in "$out"/sanitizer-*.log; do grep -q "ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0" "$f" 2>/dev/null && rm -f "$f"; done
-rm -rf "$out/k" "$out/build.log" "$out/gpu.txt" "$out/e2e.log" "$out/bench.log"
+rm -rf "$out/k" "$out/ab.txt" "$out/build.log" "$out/gpu.txt" "$out/e2e.log" "$out/bench.log"
 ls "$out"
 cat "$out/summary.txt"
