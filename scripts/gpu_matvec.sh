@@ -3,7 +3,8 @@
 # tests/kernels project, sm_90), runs them, and profiles the FP4 matvec on the 12b shapes with
 # Nsight Compute (clocks untouched). Output: $OUT/matvec.txt.
 #   GEMMA_HARNESS   harnesses to build and run (default: test_fp4_matvec)
-#   GEMMA_PROFILE_SHAPES   preset shapes (name substring) Nsight Compute profiles (default 12b)
+#   GEMMA_PROFILE_SHAPES   preset shapes (name substrings) Nsight Compute profiles, the tiled integer
+#                          kernels the engine runs (default "12b.down 12b.gate_up"); GEMMA_PROFILE=0 skips
 #   GEMMA_REPEAT_QUICK=N   then run each harness N more times with small fixtures and fresh seeds,
 #                          keeping the failing checks and their seeds (flaky-check hunting)
 set -uo pipefail
@@ -33,12 +34,19 @@ for h in $harnesses; do
 done
 rm -f "$out/quick.log"
 if [[ "${GEMMA_PROFILE:-1}" == 1 ]]; then
-  GEMMA_SHAPES=${GEMMA_PROFILE_SHAPES:-12b} timeout 240 ncu --clock-control none --kernel-name regex:fp4Matvec --launch-count 12 \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,dram__bytes_read.sum" \
-    "$build/test_fp4_matvec" > "$out/ncu-raw.txt" 2>&1
-  grep -E '^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Issued Warp|Achieved Occupancy|Registers Per|issue_stalled|inst_executed|dram__bytes' "$out/ncu-raw.txt" \
-    | awk '!/issue_stalled/ || $NF+0 >= 0.3' | cut -c1-150
+  # The engine's kernels: integer x, tiled layout (the 5th template argument), on the big shapes
+  # by default; the source counters name the sectors and wavefronts in excess.
+  for shape in ${GEMMA_PROFILE_SHAPES:-12b.down 12b.gate_up}; do
+    echo "--- Nsight Compute, $shape, tiled kernels"
+    # Mangled names: the demangled ones spell the enum and bools out (XForm 2 = integer, Lb1 = tiled).
+    GEMMA_SHAPES=$shape timeout 150 ncu --clock-control none --kernel-name-base mangled \
+      --kernel-name "regex:fp4MatvecMmaKernelILb[01]ELNS1_5XFormE2ELi[0-9]ELi1ELb1E" --launch-count 2 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SourceCounters --section MemoryWorkloadAnalysis \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,dram__bytes_read.sum,smsp__issue_active.avg.pct_of_peak_sustained_active" \
+      "$build/test_fp4_matvec" > "$out/ncu-raw.txt" 2>&1
+    grep -E '^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Achieved Occupancy|issue_stalled|inst_executed|issue_active|dram__bytes|L2 Hit|excessive' "$out/ncu-raw.txt" \
+      | awk '!/issue_stalled/ || $NF+0 >= 0.3' | cut -c1-150
+  done
   rm -f "$out/ncu-raw.txt"
 fi
 } 2>&1 | tee "$out/matvec.txt"
