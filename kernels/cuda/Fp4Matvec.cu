@@ -3,7 +3,10 @@
 //
 // Layouts (kernels/include/kernels/WeightFormats.h): codes [out][fp4RowBytes(in)], byte j of a row
 // = inputs 2j (low nibble) and 2j+1 (high nibble); bf16 scales [out][fp4GroupsPerRow(in)]; rows
-// padded to whole groups with +0 codes. x and y are fp32 (activations are fp32 everywhere in the
+// padded to whole groups with +0 codes. Or, with Fp4MatvecParams::tiled (the CUDA backend's
+// default since version 5 of docs/PERFORMANCE.md), the same bytes in the tiled layout of
+// kernels/include/kernels/Fp4Tiled.h: each 16-row × 128-input item contiguous in the order the
+// tensor-core lanes read it; every kernel here reads both, with bit-identical results. x and y are fp32 (activations are fp32 everywhere in the
 // CUDA backend: x is tiny next to W, so fp32 costs nothing in bandwidth and matches the
 // reference's linearFp4 input exactly). Accumulation is fp32.
 //
@@ -48,8 +51,9 @@
 // through shared memory, so even a 512-row weight spreads over 32 blocks × 8 warps; q, k and v
 // of a layer run as one launch (Fp4MatvecParams::extra) so their tiles share one grid.
 //
-// Preconditions (checked by the launchers): codes 16-byte aligned; x 16-byte aligned and xStride
-// % 4 == 0; in >= 1, out >= 1, rows >= 1. `in` need not be a multiple of 128 or of 32: the last
+// Preconditions (checked by the launchers): codes 16-byte aligned (tiled scales 4-byte aligned);
+// x 16-byte aligned and xStride % 4 == 0, or x null with a norm prologue (see Fp4Matvec.h);
+// in >= 1, out >= 1, rows >= 1. `in` need not be a multiple of 128 or of 32: the last
 // chunk's x values past `in` are never read (their weights are the +0 padding).
 #include "Fp4Matvec.h"
 
