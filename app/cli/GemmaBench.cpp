@@ -110,7 +110,6 @@ int main(int argc, char** argv) {
          {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
          {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
-         {"fused-norms", false, "experiment: run each decode layer's residual norms inside the next matvec instead of as their own kernels"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     std::string error;
@@ -181,7 +180,6 @@ int main(int argc, char** argv) {
     options.programmaticLaunch = !cli.has("no-pdl");
     options.integerMatvec = !cli.has("fp16-matvec");
     options.tiledWeights = !cli.has("row-layout");
-    options.fusedNorms = cli.has("fused-norms");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
     if (!engine) {

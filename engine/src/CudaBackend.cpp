@@ -141,10 +141,10 @@ struct DeviceCache {
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph, int prefillGemmMinRows,
-                bool programmaticLaunch, bool integerMatvec, bool tiledWeights, bool fusedNorms)
+                bool programmaticLaunch, bool integerMatvec, bool tiledWeights)
         : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph),
           gemmMinRows_(prefillGemmMinRows), programmaticLaunch_(programmaticLaunch), integerMatvec_(integerMatvec),
-          tiledWeights_(tiledWeights), fusedNorms_(fusedNorms) {}
+          tiledWeights_(tiledWeights) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -217,7 +217,6 @@ public:
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
-               (fusedNorms_ ? ", fused norms" : "") +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")";
     }
@@ -401,7 +400,6 @@ private:
             codeBytes = std::max<std::size_t>(codeBytes, static_cast<std::size_t>(formats::fp4tiled::codeBytes(l->out, l->in)));
             scaleBytes = std::max<std::size_t>(scaleBytes, static_cast<std::size_t>(formats::fp4tiled::scaleWords(l->out, l->in)) * 4);
         }
-        layoutsUniform_ = untiledWeights_ == 0;
         if (codeBytes == 0) return Status::ok();
         DeviceBuffer scratch;
         GEMMA_RETURN_IF_ERROR(scratch.allocate(codeBytes + scaleBytes, "allocating scratch memory to rearrange the weights"));
@@ -488,7 +486,6 @@ private:
         const std::size_t H = static_cast<std::size_t>(c.hiddenSize);
         const std::size_t ple = static_cast<std::size_t>(c.numLayers) * static_cast<std::size_t>(c.hiddenSizePerLayerInput);
         GEMMA_RETURN_IF_ERROR(residual_.allocateZeroed(R * H * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(residualAlt_.allocateZeroed(H * 4, "workspace"));  // fused norms' ping-pong (one row)
         GEMMA_RETURN_IF_ERROR(normed_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(branch_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(query_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
@@ -604,11 +601,8 @@ private:
     // y = W·x, or with `up` the fused GeGLU y = gelu_tanh(W·x) ⊙ (Up·x); `extras` (no GeGLU) run
     // in the same launch and write their own outputs. A prefill chunk of at least gemmMinRows_
     // rows goes through cuBLASLt instead (gemmLinear).
-    // prologue (decode rows only, see FusedNorm): x is null and the launch makes it from the
-    // residual stream (Fp4MatvecParams::NormPrologue) instead of a norm kernel before it.
     Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats,
-                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {},
-                  const kc::Fp4MatvecParams::NormPrologue* prologue = nullptr) {
+                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}) {
         if (blas_ && rows >= gemmMinRows_) {
             Timed timed(*this, stats, Bucket::Fp4Matvec);
             GEMMA_RETURN_IF_ERROR(gemmLinear(w, x, xStride, y, yStride, rows, up));
@@ -619,7 +613,6 @@ private:
         // left in rows), each weight runs as its own launch.
         for (const auto& e : extras) {
             if (e.w->tiled != w.tiled) {
-                if (prologue) return {ErrorCode::Internal, "a fused norm over weights in two layouts"};  // fuseNorms() excludes it
                 GEMMA_RETURN_IF_ERROR(matvec(w, x, xStride, y, yStride, rows, stats, up));
                 for (const auto& each : extras) GEMMA_RETURN_IF_ERROR(matvec(*each.w, x, xStride, each.y, each.yStride, rows, stats));
                 return Status::ok();
@@ -643,7 +636,6 @@ private:
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
         p.tiled = w.tiled;
-        if (prologue) p.prologue = *prologue;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -834,8 +826,7 @@ private:
         if (c.hasPerLayerInputs()) GEMMA_RETURN_IF_ERROR(perLayerInputs(rows, stats));
         // 3. The first layer's input norm; later ones are fused into the previous layer's end.
         GEMMA_RETURN_IF_ERROR(norm(nullptr, nullptr, 1.0f, layers_[0].inputNorm, normed_.as<float>(), H, rows, stats));
-        float* residual = residual_.as<float>();  // the current residual (fused norms alternate two)
-        for (int l = 0; l < c.numLayers; ++l) GEMMA_RETURN_IF_ERROR(runLayer(l, rows, stats, residual));
+        for (int l = 0; l < c.numLayers; ++l) GEMMA_RETURN_IF_ERROR(runLayer(l, rows, stats));
         // 4. lm_head with the softcap (the final norm was fused into the last layer).
         if (!wantLogits) return Status::ok();
         Timed timed(*this, stats, Bucket::LmHead);
@@ -879,39 +870,12 @@ private:
         return kernelError(kc::launchPleCombine(combine, stream_), "PLE combine");
     }
 
-    // With fusedNorms_ (an experiment, off by default: no faster on the H200, docs/PERFORMANCE.md
-    // version 5), decode rows with integer x and no per-layer inputs: a layer's two residual norms run inside
-    // the matvec launch that consumes them (Fp4MatvecParams::NormPrologue: the post-attention norm
-    // + add + pre-FFN norm in the gate/up launch, the post-FFN norm + add + layer scalar + next
-    // input norm in the next layer's q/k/v launch), 2 kernels fewer per layer; the residual then
-    // alternates between residual_ and residualAlt_ (the other blocks of a launch still read the
-    // one block 0 replaces). The first input norm and the last layer's tail (it feeds the lm_head)
-    // stay norm kernels. Needs every weight in one layout (a q/k/v launch reads one).
-    bool fuseNorms(int rows) const {
-        return fusedNorms_ && rows == 1 && integerMatvec_ && !config_.hasPerLayerInputs() && layoutsUniform_ && config_.hiddenSize % 4 == 0 &&
-               config_.hiddenSize <= 8192;
-    }
-    float* otherResidual(const float* residual) { return residual == residual_.as<float>() ? residualAlt_.as<float>() : residual_.as<float>(); }
-    kc::Fp4MatvecParams::NormPrologue prologueOf(const float* branchWeight, float*& residual, float layerScalar, const float* outWeight) {
-        kc::Fp4MatvecParams::NormPrologue n;
-        n.branch = branch_.as<float>();
-        n.branchWeight = branchWeight;
-        n.residualIn = residual;
-        n.residualOut = otherResidual(residual);
-        n.layerScalar = layerScalar;
-        n.outWeight = outWeight;
-        n.eps = config_.rmsNormEps;
-        residual = n.residualOut;
-        return n;
-    }
-
-    Status runLayer(int l, int rows, StepStats* stats, float*& residual) {
+    Status runLayer(int l, int rows, StepStats* stats) {
         const auto& c = config_;
         const auto& g = c.layers[l];
         const auto& w = layers_[l];
         const std::int64_t H = c.hiddenSize;
         float* normed = normed_.as<float>();
-        const bool fuse = fuseNorms(rows);
 
         // Attention block: q, k and v projections in one launch (one weight stream).
         ExtraOutput kv[2];
@@ -920,13 +884,7 @@ private:
             kv[kvCount++] = {&w.k, key_.as<float>(), kvWidth_};
             if (g.hasValueProjection) kv[kvCount++] = {&w.v, value_.as<float>(), kvWidth_};
         }
-        if (fuse && l > 0) {  // the previous layer's tail norm, fused
-            const auto& previous = layers_[l - 1];
-            const auto n = prologueOf(previous.postFeedforwardNorm, residual, previous.layerScalar, w.inputNorm);
-            GEMMA_RETURN_IF_ERROR(matvec(w.q, nullptr, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount), &n));
-        } else {
-            GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
-        }
+        GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
         {
             Timed timed(*this, stats, Bucket::Attention);
             kc::QkvNormRopeParams p;
@@ -983,21 +941,16 @@ private:
             }
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
-        // Feed-forward block: GeGLU fused into the gate/up matvec (and the norms before it, fused).
-        if (fuse) {
-            const auto n = prologueOf(w.postAttentionNorm, residual, 1.0f, w.preFeedforwardNorm);
-            GEMMA_RETURN_IF_ERROR(matvec(w.gate, nullptr, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up, {}, &n));
-        } else {
-            GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats, residual));
-            GEMMA_RETURN_IF_ERROR(matvec(w.gate, normed, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up));
-        }
+        GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
+
+        // Feed-forward block: GeGLU fused into the gate/up matvec.
+        GEMMA_RETURN_IF_ERROR(matvec(w.gate, normed, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up));
         GEMMA_RETURN_IF_ERROR(matvec(w.down, ffn_.as<float>(), ffnWidth_, branch_.as<float>(), H, rows, stats));
 
         const bool lastLayer = l + 1 == c.numLayers;
         const float* nextNorm = lastLayer ? finalNorm_ : layers_[l + 1].inputNorm;
         if (!c.hasPerLayerInputs()) {
-            if (fuse && !lastLayer) return Status::ok();  // in the next layer's q/k/v launch
-            return norm(branch_.as<float>(), w.postFeedforwardNorm, w.layerScalar, nextNorm, normed, H, rows, stats, residual);
+            return norm(branch_.as<float>(), w.postFeedforwardNorm, w.layerScalar, nextNorm, normed, H, rows, stats);
         }
         // PLE block, then layer_scalar and the next norm.
         const std::int64_t P = c.hiddenSizePerLayerInput;
@@ -1031,7 +984,7 @@ private:
     const float* perLayerProjectionNorm_ = nullptr;
     const float* finalNorm_ = nullptr;
     std::vector<DeviceCache> caches_;
-    DeviceBuffer residual_, residualAlt_, normed_, branch_, query_, key_, value_, attended_, ffn_, logits_, tokens_, positions_;
+    DeviceBuffer residual_, normed_, branch_, query_, key_, value_, attended_, ffn_, logits_, tokens_, positions_;
     DeviceBuffer perLayerInputs_, perLayerIdentity_, perLayerGate_, attentionWorkspace_;
     std::int64_t qWidth_ = 0, kvWidth_ = 0, ffnWidth_ = 0;
     bool graphWanted_ = false;
@@ -1039,9 +992,7 @@ private:
     bool programmaticLaunch_ = false;
     bool integerMatvec_ = true;
     bool tiledWeights_ = true;
-    bool fusedNorms_ = false;
     int untiledWeights_ = 0;  // FP4 weights tileWeights left in rows (name() says so)
-    bool layoutsUniform_ = true;  // every FP4 weight in one layout (fuseNorms)
     int chunkRows_ = kChunk;
     std::unique_ptr<CublasLt> blas_;
     std::string prefillStatus_;
@@ -1063,7 +1014,7 @@ Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const
     auto backend = std::make_unique<CudaBackend>(package, weights,
                                                  options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
                                                  options.cudaGraph, options.prefillGemmMinRows, options.programmaticLaunch,
-                                                 options.integerMatvec, options.tiledWeights, options.fusedNorms);
+                                                 options.integerMatvec, options.tiledWeights);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

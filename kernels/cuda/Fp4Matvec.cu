@@ -6,9 +6,9 @@
 // padded to whole groups with +0 codes. Or, with Fp4MatvecParams::tiled (the CUDA backend's
 // default since version 5 of docs/PERFORMANCE.md), the same bytes in the tiled layout of
 // kernels/include/kernels/Fp4Tiled.h: each 16-row × 128-input item contiguous in the order the
-// tensor-core lanes read it; every kernel here reads both, with bit-identical results. x and y are fp32 (activations are fp32 everywhere in the
-// CUDA backend: x is tiny next to W, so fp32 costs nothing in bandwidth and matches the
-// reference's linearFp4 input exactly). Accumulation is fp32.
+// tensor-core lanes read it; every kernel here reads both, with bit-identical results. x and y
+// are fp32 (activations are fp32 everywhere in the CUDA backend: x is tiny next to W, so fp32
+// costs nothing in bandwidth and matches the reference's linearFp4 input exactly). Accumulation is fp32.
 //
 // Work split: one warp owns R consecutive output rows (2R weight streams for GeGLU); lane l reads
 // the 16-byte chunks l, l+32, ... of each of its rows, U chunks per iteration (8 loads of 16 bytes
@@ -52,9 +52,9 @@
 // of a layer run as one launch (Fp4MatvecParams::extra) so their tiles share one grid.
 //
 // Preconditions (checked by the launchers): codes 16-byte aligned (tiled scales 4-byte aligned);
-// x 16-byte aligned and xStride % 4 == 0, or x null with a norm prologue (see Fp4Matvec.h);
-// in >= 1, out >= 1, rows >= 1. `in` need not be a multiple of 128 or of 32: the last
-// chunk's x values past `in` are never read (their weights are the +0 padding).
+// x 16-byte aligned and xStride % 4 == 0; in >= 1, out >= 1, rows >= 1. `in` need not be a
+// multiple of 128 or of 32: the last chunk's x values past `in` are never read (their weights are
+// the +0 padding).
 #include "Fp4Matvec.h"
 
 #include <kernels/Fp4Decode.h>
@@ -306,8 +306,7 @@ struct MmaArgs {
     MmaSegment segment[3];
     int segments;
     std::int64_t in;
-    const float* x;  // null with a norm prologue
-    Fp4MatvecParams::NormPrologue prologue;
+    const float* x;
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -449,8 +448,6 @@ constexpr int kPlanePad = 16;                       // bytes after each plane: c
 __host__ __device__ constexpr std::int64_t planeBytes(std::int64_t groups) { return groups * 128 + kPlanePad; }
 // Shared memory of the integer x: the planes, then one float per group (2^-E_G / 2).
 __host__ __device__ constexpr std::int64_t integerXBytes(std::int64_t groups) { return kPlanes * planeBytes(groups) + groups * 4; }
-// The same in 16-byte units, rounded up: where the norm prologue's fp32 x starts.
-__host__ __device__ constexpr std::int64_t integerXVectors(std::int64_t groups) { return (integerXBytes(groups) + 15) / 16; }
 
 __device__ __forceinline__ void imma16832(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -556,17 +553,6 @@ __device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_ui
 // exponent by three shuffles. A group holding a NaN or an infinity gets a NaN factor (y is NaN,
 // as on the fp16 paths).
 constexpr int kIntStagePieces = 2;  // 16-input pieces per thread per pass, loads issued first
-// x from shared memory (the norm prologue's output) instead of global memory: the same tail rule
-// as loadX4, plain loads (__ldg reads global memory only).
-__device__ __forceinline__ float4 loadX4Shared(const float* x, std::int64_t in, std::int64_t base) {
-    if (base + 4 <= in) return *reinterpret_cast<const float4*>(x + base);
-    float t[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? x[base + e] : 0.0f;
-    return make_float4(t[0], t[1], t[2], t[3]);
-}
-
-template <bool SHARED_X = false>
 __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
                                               float* factors) {
     const int pieces = groups * 8;
@@ -579,9 +565,7 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
             const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
 #pragma unroll
             for (int f = 0; f < 4; ++f)
-                v[s][f] = c >= pieces ? make_float4(0.f, 0.f, 0.f, 0.f)
-                          : SHARED_X ? loadX4Shared(x, in, static_cast<std::int64_t>(c) * 16 + f * 4)
-                                     : loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4);
+                v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int s = 0; s < kIntStagePieces; ++s) {
@@ -615,67 +599,6 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
                     make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
         }
     }
-}
-
-// The norm prologue (Fp4MatvecParams::NormPrologue), every block, all threads; the arithmetic of
-// RmsNorm.cu's register path (256 threads instead of up to 1024: the sums' order differs):
-//   r = (residualIn + branch · (mean(branch²) + eps)^-1/2 · branchWeight) · layerScalar
-//   xs = r · (mean(r²) + eps)^-1/2 · outWeight        (fp32, shared memory, [0, in))
-// Block 0 writes r to residualOut. The pieces wait in shared memory (branch in xs, the residual
-// and then r in `scratchX`, which the integer x overwrites afterwards), not in registers: the
-// kernel's first weight loads are in flight in registers meanwhile. Each thread touches only its
-// own float4 pieces between the reductions. in % 4 == 0 and in <= 4 · kMmaThreads ·
-// kPrologueQuads (checked by the launcher). Ends with a barrier: xs is complete.
-constexpr int kPrologueQuads = 8;  // float4 pieces per thread: in <= 8192
-__device__ __forceinline__ void normPrologue(const Fp4MatvecParams::NormPrologue& n, int in, float4* xs, float4* scratchX,
-                                             float* scratch) {
-    const int quads = in / 4;
-    const int t = static_cast<int>(threadIdx.x);
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPrologueQuads; ++k) {
-        const int q = t + k * kMmaThreads;
-        if (q >= quads) break;
-        scratchX[q] = __ldg(reinterpret_cast<const float4*>(n.residualIn) + q);
-        if (n.branch) {
-            const float4 b = __ldg(reinterpret_cast<const float4*>(n.branch) + q);
-            xs[q] = b;
-            ss += b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-        }
-    }
-    const float inv = n.branch ? rsqrtf(blockSum(ss, scratch) / static_cast<float>(in) + n.eps) : 0.0f;
-    float ss2 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPrologueQuads; ++k) {
-        const int q = t + k * kMmaThreads;
-        if (q >= quads) break;
-        float4 r = scratchX[q];
-        if (n.branch) {
-            const float4 b = xs[q];
-            const float4 w = n.branchWeight ? __ldg(reinterpret_cast<const float4*>(n.branchWeight) + q) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-            r.x += b.x * inv * w.x;
-            r.y += b.y * inv * w.y;
-            r.z += b.z * inv * w.z;
-            r.w += b.w * inv * w.w;
-        }
-        r.x *= n.layerScalar;
-        r.y *= n.layerScalar;
-        r.z *= n.layerScalar;
-        r.w *= n.layerScalar;
-        scratchX[q] = r;
-        if (blockIdx.x == 0) reinterpret_cast<float4*>(n.residualOut)[q] = r;
-        ss2 += r.x * r.x + r.y * r.y + r.z * r.z + r.w * r.w;
-    }
-    const float inv2 = rsqrtf(blockSum(ss2, scratch) / static_cast<float>(in) + n.eps);
-#pragma unroll
-    for (int k = 0; k < kPrologueQuads; ++k) {
-        const int q = t + k * kMmaThreads;
-        if (q >= quads) break;
-        const float4 r = scratchX[q];
-        const float4 w = n.outWeight ? __ldg(reinterpret_cast<const float4*>(n.outWeight) + q) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        xs[q] = make_float4(r.x * inv2 * w.x, r.y * inv2 * w.y, r.z * inv2 * w.z, r.w * inv2 * w.w);
-    }
-    __syncthreads();  // xs complete; scratchX (the integer planes' space) free again
 }
 
 // The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
@@ -829,17 +752,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const float postscale = INTEGER ? 1.0f : kXPostscale;
     std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
-    if constexpr (INTEGER) {
-        if (args.prologue.residualIn) {
-            // x is the norm of the residual stream, made here (after the integer x in shared memory).
-            __shared__ float normScratch[32];
-            float4* xs = reinterpret_cast<float4*>(xsRaw) + integerXVectors(groups);
-            normPrologue(args.prologue, static_cast<int>(in), xs, reinterpret_cast<float4*>(xsRaw), normScratch);
-            stageXInteger<true>(reinterpret_cast<const float*>(xs), in, groups, intPlanes, intFactors);
-        } else {
-            stageXInteger(args.x, in, groups, intPlanes, intFactors);
-        }
-    }
+    if constexpr (INTEGER) stageXInteger(args.x, in, groups, intPlanes, intFactors);
     else stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     __syncthreads();
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
@@ -1034,7 +947,6 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     MmaArgs args{};
     args.in = p.in;
     args.x = p.x;
-    args.prologue = p.prologue;
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
@@ -1050,9 +962,8 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     }
     const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
     const XForm form = p.singleHalfX ? XForm::Fp16Single : p.fp16X ? XForm::Fp16Split : XForm::Integer;
-    const std::size_t smem = form != XForm::Integer ? static_cast<std::size_t>(groups) * 16 * 16 * (form == XForm::Fp16Split ? 2 : 1)
-                             : p.prologue.residualIn ? static_cast<std::size_t>(integerXVectors(groups) * 16 + groups * 128 * 4)
-                                                     : static_cast<std::size_t>(integerXBytes(groups));
+    const std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
+                                                    : static_cast<std::size_t>(groups) * 16 * 16 * (form == XForm::Fp16Split ? 2 : 1);
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
     const bool pdl = p.programmaticLaunch;
     // D items in flight × GPI groups per item: the loads one warp holds in registers (within the
@@ -1080,25 +991,12 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
 
 template <bool GEGLU>
 KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
-    if (!p.codes || !p.scales || !p.y) return KernelStatus::InvalidArgument;
+    if (!p.codes || !p.scales || !p.x || !p.y) return KernelStatus::InvalidArgument;
     if (GEGLU && (!p.upCodes || !p.upScales)) return KernelStatus::InvalidArgument;
     if (p.out < 1 || p.in < 1 || p.rows < 1) return KernelStatus::InvalidArgument;
-    const auto& n = p.prologue;
-    if (n.residualIn) {
-        // The prologue: batch 1 on the integer tensor-core path, x made in the kernel.
-        if (p.x || p.rows != 1 || p.forceCudaCores || p.fp16X || p.singleHalfX || !n.residualOut) return KernelStatus::InvalidArgument;
-        if (p.in % 4 != 0 || p.in > 4 * fp4detail::kMmaThreads * fp4detail::kPrologueQuads) return KernelStatus::Unsupported;
-        for (const void* q : {static_cast<const void*>(n.branch), static_cast<const void*>(n.branchWeight), static_cast<const void*>(n.residualIn),
-                              static_cast<const void*>(n.residualOut), static_cast<const void*>(n.outWeight)})
-            if (q && !aligned16(q)) return KernelStatus::InvalidArgument;
-        const auto a = reinterpret_cast<std::uintptr_t>(n.residualIn), b = reinterpret_cast<std::uintptr_t>(n.residualOut);
-        const auto bytes = static_cast<std::uintptr_t>(p.in) * 4;
-        if (a < b + bytes && b < a + bytes) return KernelStatus::InvalidArgument;
-    } else {
-        if (!p.x || p.xStride < p.in || p.xStride % 4 != 0 || !aligned16(p.x)) return KernelStatus::InvalidArgument;
-    }
-    if (p.yStride < p.out) return KernelStatus::InvalidArgument;
-    if (!aligned16(p.codes) || (GEGLU && !aligned16(p.upCodes)))
+    if (p.xStride < p.in || p.xStride % 4 != 0 || p.yStride < p.out)
+        return KernelStatus::InvalidArgument;
+    if (!aligned16(p.codes) || !aligned16(p.x) || (GEGLU && !aligned16(p.upCodes)))
         return KernelStatus::InvalidArgument;
     if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
         return KernelStatus::InvalidArgument;
@@ -1121,7 +1019,7 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.rows == 1 && !p.forceCudaCores) {
         const KernelStatus status = launchMma<GEGLU>(p, facts, stream);
-        if (status != KernelStatus::Unsupported || p.prologue.residualIn) return status;  // the prologue has no fallback
+        if (status != KernelStatus::Unsupported) return status;
         // x does not fit in shared memory: the CUDA-core kernel reads it from global memory.
     }
     // The CUDA-core kernel, one launch per segment.

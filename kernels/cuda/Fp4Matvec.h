@@ -60,23 +60,6 @@ struct Fp4MatvecParams {
     // CUDA backend tiles its weights at load (Fp4Tile.cu): the tensor-core kernel's loads become
     // contiguous 512-byte reads. Not with twoGroupItems.
     bool tiled = false;
-    // Batch 1 with integer x only (not fp16X / singleHalfX / forceCudaCores; x must be null): x
-    // is made in every block from the residual stream first, as RmsNormParams defines it, so the
-    // norm kernel before the matvec is not needed (one launch and one round trip fewer per norm):
-    //   r = (residualIn + rmsNorm(branch; branchWeight)) · layerScalar,   x = rmsNorm(r; outWeight)
-    // (branch null: r = residualIn · layerScalar; a weight null: unweighted). Block 0 writes r
-    // to residualOut, which must not overlap residualIn (the other blocks read it: the engine
-    // alternates two residual buffers). All fp32 [in], 16-byte aligned; in % 4 == 0, in <= 8192.
-    struct NormPrologue {
-        const float* branch = nullptr;
-        const float* branchWeight = nullptr;
-        const float* residualIn = nullptr;  // non-null: the prologue is on
-        float* residualOut = nullptr;
-        float layerScalar = 1.0f;
-        const float* outWeight = nullptr;
-        float eps = 1e-6f;
-    };
-    NormPrologue prologue;
     // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
     // start while the previous kernel in the stream finishes; it prefetches its first weights and
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The

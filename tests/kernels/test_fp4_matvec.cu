@@ -9,8 +9,6 @@
 //   bits there); q/k/v fused into one launch (Fp4MatvecParams::extra) against three references;
 // - programmatic dependent launch: norm → matvec → matvec chains with every buffer NaN-poisoned
 //   first, repeated, so a matvec that read x before its producer finished would show it;
-// - the norm prologue (x made in the kernel from the residual stream): residual update and y
-//   against FP64, GeGLU, fused q/k/v, both layouts, a ping-pong second launch, refusals;
 // - the tiled device layout (Fp4Tile op, checked byte for byte against a host tiling): every path
 //   (tensor cores, CUDA cores, batches, GeGLU, fused q/k/v, fp16 x) bit-identical to the row layout;
 // - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
@@ -581,161 +579,6 @@ Fp4MatvecParams oneVector(const DeviceFp4& w, std::int64_t out, std::int64_t in,
     return p;
 }
 
-// The norm prologue (Fp4MatvecParams::NormPrologue): x made in the kernel from the residual
-// stream. FP64 reference of the residual update and the norm, then of the matvec (GeGLU, fused
-// q/k/v) on that x; residualOut against its own reference; every output buffer poisoned first.
-// `tiled`: the weights in the tiled layout too. A second launch reads the first one's residualOut
-// (ping-pong, programmatic launch) so an ordering fault would show.
-void runPrologue(const std::string& name, std::int64_t in, std::int64_t out, bool geglu, bool fused, bool tiled, bool withBranch,
-                 std::mt19937_64& rng, Report& report) {
-    const std::string tag = "prologue " + name + " " + std::to_string(out) + "x" + std::to_string(in) + (geglu ? " geglu" : "") +
-                            (fused ? " fused q/k/v" : "") + (tiled ? " tiled" : "") + (withBranch ? "" : " no branch");
-    std::uniform_real_distribution<float> u(-1.f, 1.f), pos(0.5f, 1.5f);
-    std::vector<float> residual(static_cast<std::size_t>(in)), branch(residual.size()), w1(residual.size()), w2(residual.size());
-    for (std::size_t i = 0; i < residual.size(); ++i) {
-        residual[i] = 4.0f * u(rng);
-        branch[i] = 30.0f * u(rng);
-        w1[i] = pos(rng);
-        w2[i] = pos(rng);
-    }
-    const float layerScalar = 0.75f, eps = 1e-6f;
-    // FP64 reference: r and x.
-    std::vector<double> r(residual.size()), xd(residual.size());
-    double bb = 0, rr = 0;
-    for (float b : branch) bb += static_cast<double>(b) * b;
-    const double binv = 1.0 / std::sqrt(bb / static_cast<double>(in) + eps);
-    for (std::size_t i = 0; i < r.size(); ++i) {
-        r[i] = (residual[i] + (withBranch ? branch[i] * binv * w1[i] : 0.0)) * layerScalar;
-        rr += r[i] * r[i];
-    }
-    const double rinv = 1.0 / std::sqrt(rr / static_cast<double>(in) + eps);
-    std::vector<float> x(residual.size());
-    for (std::size_t i = 0; i < r.size(); ++i) x[i] = static_cast<float>(r[i] * rinv * w2[i]);
-
-    const int weights = fused ? 3 : geglu ? 2 : 1;
-    const std::int64_t outs[3] = {out, fused ? out / 2 : out, fused ? out / 4 : out};
-    std::vector<Fp4Matrix> ws;
-    std::vector<DeviceFp4> dws;
-    std::vector<TiledFp4> tws;
-    std::vector<DeviceBuffer<float>> dys;
-    for (int k = 0; k < weights; ++k) {
-        ws.push_back(randomFp4(outs[k], in, rng));
-        dws.push_back(upload(ws.back()));
-        if (tiled) tws.push_back(tileWeight(ws.back(), dws.back(), report));
-        dys.emplace_back(static_cast<std::size_t>(outs[k]));
-    }
-    DeviceBuffer<float> dRes(residual.size()), dBranch(residual.size()), dW1(residual.size()), dW2(residual.size()), dOut(residual.size()),
-        dBack(residual.size());
-    dRes.upload(residual);
-    dBranch.upload(branch);
-    dW1.upload(w1);
-    dW2.upload(w2);
-    Fp4MatvecParams p;
-    p.codes = tiled ? tws[0].codes.ptr : dws[0].codes.ptr;
-    p.scales = tiled ? tws[0].scaleBits() : dws[0].scales.ptr;
-    p.tiled = tiled;
-    p.out = out;
-    p.in = in;
-    p.y = dys[0].ptr;
-    p.yStride = out;
-    p.programmaticLaunch = true;
-    if (geglu) {
-        p.upCodes = tiled ? tws[1].codes.ptr : dws[1].codes.ptr;
-        p.upScales = tiled ? tws[1].scaleBits() : dws[1].scales.ptr;
-    }
-    if (fused) {
-        p.extraCount = 2;
-        for (int k = 1; k < 3; ++k)
-            p.extra[k - 1] = {tiled ? tws[k].codes.ptr : dws[k].codes.ptr, tiled ? tws[k].scaleBits() : dws[k].scales.ptr, outs[k],
-                              dys[k].ptr, outs[k]};
-    }
-    p.prologue.branch = withBranch ? dBranch.ptr : nullptr;
-    p.prologue.branchWeight = dW1.ptr;
-    p.prologue.residualIn = dRes.ptr;
-    p.prologue.residualOut = dOut.ptr;
-    p.prologue.layerScalar = layerScalar;
-    p.prologue.outWeight = dW2.ptr;
-    p.prologue.eps = eps;
-    auto launch = [&](const Fp4MatvecParams& q) { return geglu ? gemma::cuda::launchFp4GegluMatvec(q, nullptr) : gemma::cuda::launchFp4Matvec(q, nullptr); };
-    for (auto& d : dys) d.poison();
-    dOut.poison();
-    dBack.poison();
-    HCHECK_STATUS(launch(p));
-    // Second launch, ping-pong: residualIn = the first one's residualOut, residualOut = dBack;
-    // branch null and layer scalar 1 make r unchanged, so dBack must equal dOut and y repeat.
-    Fp4MatvecParams second = p;
-    second.prologue.branch = nullptr;
-    second.prologue.layerScalar = 1.0f;
-    second.prologue.residualIn = dOut.ptr;
-    second.prologue.residualOut = dBack.ptr;
-    HCHECK_STATUS(launch(second));
-    HCHECK(cudaDeviceSynchronize());
-
-    const std::vector<float> rOut = dOut.download(), rBack = dBack.download();
-    double worstR = 0;
-    bool finite = true, same = true;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-        finite &= std::isfinite(rOut[i]);
-        const double bound = 1e-5 * (std::fabs(residual[i]) + (withBranch ? std::fabs(branch[i] * binv * w1[i]) : 0.0)) + 1e-30;
-        worstR = std::max(worstR, std::fabs(rOut[i] - r[i]) / bound);
-        same &= rOut[i] == rBack[i];
-    }
-    char note[96];
-    std::snprintf(note, sizeof note, "worst |err| / bound = %.3f", worstR);
-    report.addCheck(tag + " residualOut", finite && worstR <= 1.0, note);
-    report.addCheck(tag + " second launch reads the first's residualOut", same, "");
-    // y against FP64 on the reference x (the kernel's own fp32 x differs from it by ~1e-7 relative).
-    for (int k = 0; k < (geglu ? 1 : weights); ++k) {
-        const std::vector<float> got = dys[k].download();
-        const std::vector<float> deq = ws[k].dequantize();
-        std::vector<float> deqUp;
-        if (geglu) deqUp = ws[1].dequantize();
-        std::vector<float> gotF;
-        std::vector<double> ref, scale;
-        for (std::int64_t o = 0; o < outs[k]; ++o) {
-            const DotTerms t = referenceTerms(deq, in, o, x.data());
-            gotF.push_back(got[static_cast<std::size_t>(o)]);
-            if (geglu) {
-                const DotTerms tu = referenceTerms(deqUp, in, o, x.data());
-                const double gelu = geluTanhRef(t.dot);
-                ref.push_back(gelu * tu.dot);
-                // |d(gelu(a)·b)| <= |gelu'(a)|·|b|·δa + |gelu(a)|·δb, gelu' <= 1.2
-                scale.push_back(1.2 * std::fabs(tu.dot) * t.absDot + std::fabs(gelu) * tu.absDot);
-            } else {
-                ref.push_back(t.dot);
-                scale.push_back(t.absDot);
-            }
-        }
-        addBoundCheck(report, tag + " y" + (fused ? " segment " + std::to_string(k) : ""), gotF, ref, scale, 1e-5);
-    }
-}
-
-void runPrologueRefusals(Report& report) {
-    DeviceBuffer<std::uint8_t> codes(16 * 64);
-    DeviceBuffer<std::uint16_t> scales(16);
-    DeviceBuffer<float> a(128), b(128), y(16);
-    Fp4MatvecParams p;
-    p.codes = codes.ptr;
-    p.scales = scales.ptr;
-    p.out = 16;
-    p.in = 128;
-    p.y = y.ptr;
-    p.yStride = 16;
-    p.prologue.residualIn = a.ptr;
-    p.prologue.residualOut = a.ptr;
-    using gemma::cuda::KernelStatus;
-    report.addCheck("prologue refuses residualOut == residualIn", gemma::cuda::launchFp4Matvec(p, nullptr) == KernelStatus::InvalidArgument, "");
-    p.prologue.residualOut = b.ptr;
-    p.fp16X = true;
-    report.addCheck("prologue refuses fp16 x", gemma::cuda::launchFp4Matvec(p, nullptr) == KernelStatus::InvalidArgument, "");
-    p.fp16X = false;
-    p.x = a.ptr;
-    report.addCheck("prologue refuses an x as well", gemma::cuda::launchFp4Matvec(p, nullptr) == KernelStatus::InvalidArgument, "");
-    p.x = nullptr;
-    p.in = 126;
-    report.addCheck("prologue refuses in % 4 != 0", gemma::cuda::launchFp4Matvec(p, nullptr) == KernelStatus::Unsupported, "");
-}
-
 // x as integers (the tensor-core default) scales x by a power of two from max|x|: an outlier
 // 4000 times the rest must not cost the small entries their precision beyond the bound, x = 0
 // must give exact zeros, and a NaN or an infinity in x must give NaN (the fp16 paths propagate
@@ -928,13 +771,6 @@ int main() {
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, /*fp16=*/true);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, /*fp16=*/true);
     runIntegerEdgeCases(rng, report);
-    runPrologueRefusals(report);
-    runPrologue("odd", 200, 40, false, false, false, true, rng, report);
-    runPrologue("odd", 1000, 37, true, false, true, true, rng, report);
-    runPrologue("12b", 3840, 4096, false, true, true, true, rng, report);
-    runPrologue("12b", 3840, 15360, true, false, true, true, rng, report);
-    runPrologue("12b", 3840, 15360, true, false, false, true, rng, report);
-    runPrologue("31b", 5376, 8192, false, false, true, false, rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 2, rng, report);
     if (!quick) {
         runFused("12b full q/k", 3840, {8192, 512, 512}, 1, rng, report);

@@ -136,11 +136,6 @@ struct OpenOptions {
     // (docs/PERFORMANCE.md version 5); same results bit for bit. false: the row layout
     // (comparisons).
     bool tiledWeights = true;
-    // CUDA, decode steps with integer-x matvecs, models without per-layer inputs: each layer's two
-    // residual RMSNorms run inside the matvec launch that consumes them (2 kernels fewer per
-    // layer). An experiment, off: on the H200 it saved no time (the norm work moved onto every
-    // matvec's critical path; docs/PERFORMANCE.md version 5).
-    bool fusedNorms = false;
 };
 
 struct MemoryEstimate {
