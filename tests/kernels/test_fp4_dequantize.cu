@@ -3,8 +3,8 @@
 //   on every FP4 linear shape of the 12b preset and odd sizes (in not a multiple of 128 or of 8,
 //   out = 1, 3), wide-range scales (every exponent, both signs, subnormals, overflow to inf),
 //   forced small grids (grid-stride loop), columns past `in` and row gaps poisoned (must stay so);
-//   every case (BF16 and FP16) also from the tiled layout of the same weight (Fp4Tiled.h, built
-//   on the host here; out not a multiple of 16 leaves zero padding rows), against the same reference;
+//   every case (BF16 and FP16) also from the tiled layout of the same weight (Fp4Tiled.h, by
+//   reference::tileFp4; out not a multiple of 16 leaves zero padding rows), against the same reference;
 // - ActivationConvert.cu: fp32 → bf16 hi (+ lo), bit for bit against reference::splitToBf16, and
 //   |x − (hi + lo)| <= 2^-16·|x|; vector and element paths;
 // - GegluElementwise.cu: against an FP64 gelu_tanh(gate)·up and reference::gegluGateUpRows; in place;
@@ -44,29 +44,18 @@ std::uint16_t randomFiniteBf16(std::mt19937_64& rng) {
 
 
 // ---- dequantize ------------------------------------------------------------------------------------
-// W in the tiled layout (kernels/include/kernels/Fp4Tiled.h), built from the row layout with that
-// header's own offsets: every 16-byte chunk of a row copied to chunkOffset, every bf16 scale or-ed
-// into its half (scaleShift) of scaleWord. Both vectors start zeroed, so the padding rows past
-// `out` of the last tile are zero codes and zero scales, as the layout says, and the device copy
-// is fully initialized (initcheck) although the kernel never reads those rows.
+// W in the tiled layout (kernels/include/kernels/Fp4Tiled.h) by reference::tileFp4: every byte
+// written (the padding rows past `out` of the last tile are zero codes and zero scales), so the
+// device copy is fully initialized (initcheck) although the kernel never reads those rows.
 struct TiledFp4 {
     std::vector<std::uint8_t> codes;
     std::vector<std::uint32_t> scales;
 };
 TiledFp4 tileFp4(const Fp4Matrix& w) {
-    namespace tiled = fmt::fp4tiled;
     TiledFp4 t;
-    t.codes.assign(static_cast<std::size_t>(tiled::codeBytes(w.out, w.in)), 0);
-    t.scales.assign(static_cast<std::size_t>(tiled::scaleWords(w.out, w.in)), 0);
-    const std::int64_t chunksPerRow = w.rowBytes / 16;
-    for (std::int64_t o = 0; o < w.out; ++o) {
-        for (std::int64_t c = 0; c < chunksPerRow; ++c)
-            std::memcpy(&t.codes[static_cast<std::size_t>(tiled::chunkOffset(o, c, w.groups))],
-                        &w.codes[static_cast<std::size_t>(o * w.rowBytes + 16 * c)], 16);
-        for (std::int64_t g = 0; g < w.groups; ++g)
-            t.scales[static_cast<std::size_t>(tiled::scaleWord(o, g, w.groups))] |=
-                static_cast<std::uint32_t>(w.scales[static_cast<std::size_t>(o * w.groups + g)]) << tiled::scaleShift(o);
-    }
+    t.codes.resize(static_cast<std::size_t>(fmt::fp4tiled::codeBytes(w.out, w.in)));
+    t.scales.resize(static_cast<std::size_t>(fmt::fp4tiled::scaleWords(w.out, w.in)));
+    ref::tileFp4(w.codes.data(), w.scales.data(), w.out, w.in, t.codes.data(), t.scales.data());
     return t;
 }
 

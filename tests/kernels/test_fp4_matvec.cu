@@ -9,11 +9,12 @@
 //   bits there); q/k/v fused into one launch (Fp4MatvecParams::extra) against three references;
 // - programmatic dependent launch: norm → matvec → matvec chains with every buffer NaN-poisoned
 //   first, repeated, so a matvec that read x before its producer finished would show it;
-// - the tiled device layout (Fp4Tile op, checked byte for byte against a host tiling): every path
+// - the tiled device layout (Fp4Tile op, checked byte for byte against reference::tileFp4): every path
 //   (tensor cores, CUDA cores, batches, GeGLU, fused q/k/v, fp16 x) bit-identical to the row layout;
 // - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
 #include "../../kernels/cuda/Fp4Matvec.cu"
 #include "../../kernels/cuda/Fp4Tile.cu"
+#include "../../kernels/reference/ReferenceOps.cpp"  // standalone project: no reference library
 #include "../../kernels/cuda/RmsNorm.cu"
 #include "HarnessCommon.h"
 
@@ -140,34 +141,18 @@ enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Tiled, T
 bool isTiled(Path p) { return p == Path::Tiled || p == Path::TiledCudaCores; }
 
 // A weight in the tiled layout (kernels/include/kernels/Fp4Tiled.h) on the device, made by the
-// Fp4Tile op from the row layout; the op's output is checked byte for byte against a host
-// tiling written from the lanes' point of view (item (t, G), lane L = 4g + q: row 16t + g's chunk
-// 4G + q at 16L, row 16t + g + 8's at 512 + 16L; rows past out zero), into poisoned buffers.
+// Fp4Tile op from the row layout into poisoned buffers; the op's output is checked byte for byte
+// against reference::tileFp4 (which tests/engine/Fp4TiledTest.cpp checks against the header's
+// index functions on every CI run).
 struct TiledFp4 {
     DeviceBuffer<std::uint8_t> codes;
     DeviceBuffer<std::uint32_t> scales;
     const std::uint16_t* scaleBits() const { return reinterpret_cast<const std::uint16_t*>(scales.ptr); }
 };
 TiledFp4 tileWeight(const Fp4Matrix& m, const DeviceFp4& d, Report& report) {
-    const std::int64_t tiles = (m.out + 15) / 16;
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(tiles * m.groups * 1024));
-    std::vector<std::uint32_t> scales(static_cast<std::size_t>(tiles * m.groups * 8));
-    for (std::int64_t t = 0; t < tiles; ++t)
-        for (std::int64_t G = 0; G < m.groups; ++G) {
-            const std::int64_t item = t * m.groups + G;
-            for (int lane = 0; lane < 32; ++lane)
-                for (int half = 0; half < 2; ++half) {
-                    const std::int64_t row = t * 16 + lane / 4 + 8 * half;
-                    std::uint8_t* target = &codes[item * 1024 + half * 512 + lane * 16];
-                    if (row < m.out) std::memcpy(target, &m.codes[row * m.rowBytes + G * 64 + (lane % 4) * 16], 16);
-                    else std::memset(target, 0, 16);
-                }
-            for (int g = 0; g < 8; ++g) {
-                const std::int64_t rowA = t * 16 + g, rowB = rowA + 8;
-                scales[item * 8 + g] = (rowA < m.out ? m.scales[rowA * m.groups + G] : 0u) |
-                                       (rowB < m.out ? std::uint32_t{m.scales[rowB * m.groups + G]} << 16 : 0u);
-            }
-        }
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(gemma::formats::fp4tiled::codeBytes(m.out, m.in)));
+    std::vector<std::uint32_t> scales(static_cast<std::size_t>(gemma::formats::fp4tiled::scaleWords(m.out, m.in)));
+    gemma::reference::tileFp4(m.codes.data(), m.scales.data(), m.out, m.in, codes.data(), scales.data());
     TiledFp4 t{DeviceBuffer<std::uint8_t>(codes.size()), DeviceBuffer<std::uint32_t>(scales.size())};
     HCHECK(cudaMemset(t.codes.ptr, 0xFF, codes.size()));
     HCHECK(cudaMemset(t.scales.ptr, 0xFF, scales.size() * 4));
@@ -181,8 +166,8 @@ TiledFp4 tileWeight(const Fp4Matrix& m, const DeviceFp4& d, Report& report) {
     HCHECK_STATUS(gemma::cuda::launchFp4Tile(tp, nullptr));
     HCHECK(cudaDeviceSynchronize());
     const std::string name = "tile op " + std::to_string(m.out) + "x" + std::to_string(m.in);
-    report.addCheck(name + " codes equal the host tiling", t.codes.download() == codes, "");
-    report.addCheck(name + " scales equal the host tiling", t.scales.download() == scales, "");
+    report.addCheck(name + " codes equal reference::tileFp4", t.codes.download() == codes, "");
+    report.addCheck(name + " scales equal reference::tileFp4", t.scales.download() == scales, "");
     return t;
 }
 // `copies` copies of a tiled weight, rotated by the timing loops like the row-layout copies.
