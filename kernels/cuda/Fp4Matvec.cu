@@ -900,36 +900,29 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
-// Launches one of the persistent batch-1 kernels (kernel(args, tiles), `threads` per block).
-// Raises the kernel's dynamic shared-memory limit to the largest size seen (`raised`, one per
-// kernel instance), from the first launch on: the kernel's static arrays count against the
+// Launches a persistent batch-1 kernel. Raises its dynamic shared-memory limit to the largest size
+// seen (per instance), from the first launch on: the kernel's static arrays count against the
 // default 48 KB too, so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-inline cudaError_t launchPersistent(void (*kernel)(MmaArgs, int), std::size_t& raised, int threads, const MmaArgs& args,
-                                    int tiles, std::size_t smem, const DeviceFacts& facts, bool programmatic, cudaStream_t stream) {
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
+cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
+                           bool programmatic, cudaStream_t stream) {
+    static thread_local std::size_t raised = 0;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
         raised = smem;
     }
-    constexpr std::size_t kStaticReserve = 4096;  // the kernels' static shared memory, rounded up
+    constexpr std::size_t kStaticReserve = 4096;  // the kernel's static shared memory, rounded up
     int perSm = 2;
     while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
-    return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)), smem, stream, programmatic,
-                        args, tiles);
-}
-
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
-cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
-                           bool programmatic, cudaStream_t stream) {
-    static thread_local std::size_t raised = 0;
-    return launchPersistent(fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>, raised, kMmaThreads, args, tiles, smem, facts, programmatic,
-                            stream);
+    return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
 }
 
 // x as fp16 hi + lo (split) or one fp16: the two fp16 instances of a variant.
