@@ -96,6 +96,12 @@ inline cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+// Whether the byte ranges [a, a + aBytes) and [b, b + bBytes) share a byte (launchers refusing
+// aliased buffers).
+inline bool rangesOverlap(const void* a, std::int64_t aBytes, const void* b, std::int64_t bBytes) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return x < y + static_cast<std::uintptr_t>(bBytes) && y < x + static_cast<std::uintptr_t>(aBytes);
+}
 
 // A positive power of two (the exact multipliers of the FP16 conversions).
 inline bool isPowerOfTwo(float v) {

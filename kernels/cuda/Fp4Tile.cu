@@ -39,11 +39,6 @@ __global__ void fp4TileKernel(const uint4* __restrict__ codes, const std::uint16
     }
 }
 
-bool overlaps(const void* a, std::int64_t aBytes, const void* b, std::int64_t bBytes) {
-    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-    return x < y + static_cast<std::uintptr_t>(bBytes) && y < x + static_cast<std::uintptr_t>(aBytes);
-}
-
 }  // namespace
 
 KernelStatus launchFp4Tile(const Fp4TileParams& p, cudaStream_t stream) {
@@ -55,9 +50,9 @@ KernelStatus launchFp4Tile(const Fp4TileParams& p, cudaStream_t stream) {
     const std::int64_t codeBytes = p.out * formats::fp4RowBytes(p.in), scaleBytes = p.out * groups * 2;
     const std::int64_t tiledCodeBytes = tiled::codeBytes(p.out, p.in), tiledScaleBytes = tiled::scaleWords(p.out, p.in) * 4;
     for (const auto& [target, targetBytes] : {std::pair<const void*, std::int64_t>{p.tiledCodes, tiledCodeBytes}, {p.tiledScales, tiledScaleBytes}})
-        if (overlaps(target, targetBytes, p.codes, codeBytes) || overlaps(target, targetBytes, p.scales, scaleBytes))
+        if (rangesOverlap(target, targetBytes, p.codes, codeBytes) || rangesOverlap(target, targetBytes, p.scales, scaleBytes))
             return KernelStatus::InvalidArgument;
-    if (overlaps(p.tiledCodes, tiledCodeBytes, p.tiledScales, tiledScaleBytes)) return KernelStatus::InvalidArgument;
+    if (rangesOverlap(p.tiledCodes, tiledCodeBytes, p.tiledScales, tiledScaleBytes)) return KernelStatus::InvalidArgument;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     const std::int64_t chunks = tiledCodeBytes / 16;

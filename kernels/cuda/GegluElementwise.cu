@@ -69,13 +69,8 @@ KernelStatus launchGegluElementwise(const GegluElementwiseParams& p, cudaStream_
     // Overlap rule: in place (same base, same stride) or disjoint.
     const bool inPlace = static_cast<const void*>(p.y) == static_cast<const void*>(p.gateUp);
     if (inPlace && p.ldOut != p.ldIn) return KernelStatus::InvalidArgument;
-    if (!inPlace) {
-        const auto inBegin = reinterpret_cast<std::uintptr_t>(p.gateUp);
-        const auto inEnd = inBegin + static_cast<std::uintptr_t>((p.rows - 1) * p.ldIn + 2 * p.width) * sizeof(float);
-        const auto outBegin = reinterpret_cast<std::uintptr_t>(p.y);
-        const auto outEnd = outBegin + static_cast<std::uintptr_t>((p.rows - 1) * p.ldOut + p.width) * sizeof(float);
-        if (outBegin < inEnd && inBegin < outEnd) return KernelStatus::InvalidArgument;
-    }
+    if (!inPlace && rangesOverlap(p.gateUp, ((p.rows - 1) * p.ldIn + 2 * p.width) * 4, p.y, ((p.rows - 1) * p.ldOut + p.width) * 4))
+        return KernelStatus::InvalidArgument;
     const bool vec = aligned16(p.gateUp) && aligned16(p.y) && p.ldIn % 4 == 0 && p.ldOut % 4 == 0 &&
                      p.width % 4 == 0;
     DeviceFacts facts;
