@@ -20,15 +20,6 @@ rm -f "$out/build.log"
 echo "gpu parity: exit $? ($(grep -cE '^\[       OK \]' "$out/gpu_parity.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu_parity.log") failed)" | tee "$out/ab.txt"
 grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"  # the per-model figures
 grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
-IFS=';' read -r -a variants <<< "${GEMMA_AB_VARIANTS:-;--fp16-matvec}"
-for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
-  for v in "${variants[@]}"; do
-    tag=$(echo "${v:-default}" | tr -c 'a-zA-Z0-9\n-' '_')
-    "$build/app/cli/gemma-bench" --preset "${GEMMA_AB_PRESET:-12b}" ${GEMMA_AB_ARGS:---skip depth,prefill --allocations 4096} $v \
-      --markdown "$out/ab-$tag.md" > /dev/null 2>&1
-    echo "=== round $round: [${v:-default}] exit $?" >> "$out/ab.txt"
-    cat "$out/ab-$tag.md" >> "$out/ab.txt"
-    rm -f "$out/ab-$tag.md"
-  done
-done
+bash scripts/bench_ab.sh "$build/app/cli/gemma-bench" "${GEMMA_AB_ROUNDS:-2}" "${GEMMA_AB_VARIANTS:-;--fp16-matvec}" \
+  --preset "${GEMMA_AB_PRESET:-12b}" ${GEMMA_AB_ARGS:---skip depth,prefill --allocations 4096} >> "$out/ab.txt"
 cat "$out/ab.txt"

@@ -40,15 +40,8 @@ if [[ -n "${GEMMA_BENCH_PRESETS:-}" ]]; then
 fi
 # A/B on the same GPU in the same call: 12b decode at allocation 4096 per flag set, alternating.
 if [[ -n "${GEMMA_AB_FLAGS:-}" ]]; then
-  IFS=';' read -r -a variants <<< "$GEMMA_AB_FLAGS"
-  for round in 1 2; do
-    for v in "${variants[@]}"; do
-      timeout 100 /tmp/gemma-build/app/cli/gemma-bench --preset 12b --skip depth,prefill,kernels --allocations 4096 $v \
-        --markdown "$out/ab.md" > /dev/null 2>&1
-      echo "A/B round $round [${v:-defaults}]: $(grep -E '^\| 12b \| 4096 \| 100 \| tg' "$out/ab.md")" >> "$out/ab.txt"
-    done
-  done
-  rm -f "$out/ab.md"
+  BENCH_AB_TIMEOUT=100 bash scripts/bench_ab.sh /tmp/gemma-build/app/cli/gemma-bench 2 "$GEMMA_AB_FLAGS" \
+    --preset 12b --skip depth,prefill,kernels --allocations 4096 | grep -E '^===|^\| 12b \| 4096 \| 100 \| tg' >> "$out/ab.txt"
 fi
 {
   echo "== gpu_verify $(date -u '+%Y-%m-%d %H:%M UTC'), $(( $(date +%s) - start )) s"
