@@ -18,8 +18,6 @@
 #include "../../kernels/cuda/RmsNorm.cu"
 #include "HarnessCommon.h"
 
-#include <memory>
-
 using namespace harness;
 using gemma::cuda::Fp4MatvecParams;
 
@@ -149,6 +147,13 @@ struct TiledFp4 {
     DeviceBuffer<std::uint32_t> scales;
     const std::uint16_t* scaleBits() const { return reinterpret_cast<const std::uint16_t*>(scales.ptr); }
 };
+// A few initialized bytes standing in for a tiled weight on the paths that do not use one.
+TiledFp4 noTiling() {
+    TiledFp4 t{DeviceBuffer<std::uint8_t>(16), DeviceBuffer<std::uint32_t>(4)};
+    t.codes.upload(std::vector<std::uint8_t>(16));
+    t.scales.upload(std::vector<std::uint32_t>(4));
+    return t;
+}
 TiledFp4 tileWeight(const Fp4Matrix& m, const DeviceFp4& d, Report& report) {
     std::vector<std::uint8_t> codes(static_cast<std::size_t>(gemma::formats::fp4tiled::codeBytes(m.out, m.in)));
     std::vector<std::uint32_t> scales(static_cast<std::size_t>(gemma::formats::fp4tiled::scaleWords(m.out, m.in)));
@@ -170,18 +175,23 @@ TiledFp4 tileWeight(const Fp4Matrix& m, const DeviceFp4& d, Report& report) {
     report.addCheck(name + " scales equal reference::tileFp4", t.scales.download() == scales, "");
     return t;
 }
-// `copies` copies of a tiled weight, rotated by the timing loops like the row-layout copies.
-struct TiledCopies {
-    std::size_t codeBytes, scaleWords;
-    DeviceBuffer<std::uint8_t> codes;
-    DeviceBuffer<std::uint32_t> scales;
-    TiledCopies(const TiledFp4& t, int copies)
-        : codeBytes(t.codes.count), scaleWords(t.scales.count), codes(t.codes.count * copies), scales(t.scales.count * copies) {
-        for (int c = 0; c < copies; ++c) {
-            HCHECK(cudaMemcpy(codes.ptr + c * codeBytes, t.codes.ptr, codeBytes, cudaMemcpyDeviceToDevice));
-            HCHECK(cudaMemcpy(scales.ptr + c * scaleWords, t.scales.ptr, scaleWords * 4, cudaMemcpyDeviceToDevice));
-        }
+// Back-to-back copies of a device buffer, which the timing loops rotate through so that each
+// launch reads weights the L2 does not hold (at(c): copy c). copiesPastL2(bytes): enough copies
+// of `bytes` per launch to span 3× the L2, at most 64.
+int copiesPastL2(double bytes) {
+    int dev = 0, l2 = 0;
+    HCHECK(cudaGetDevice(&dev));
+    HCHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    return static_cast<int>(std::min<double>(64, std::ceil(3.0 * l2 / bytes) + 1));
+}
+template <typename T>
+struct Rotation {
+    DeviceBuffer<T> buffer;
+    std::size_t each;
+    Rotation(const DeviceBuffer<T>& source, int copies) : buffer(source.count * copies), each(source.count) {
+        for (int c = 0; c < copies; ++c) HCHECK(cudaMemcpy(buffer.ptr + c * each, source.ptr, each * sizeof(T), cudaMemcpyDeviceToDevice));
     }
+    const T* at(int c) const { return buffer.ptr + c * each; }
 };
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
@@ -216,7 +226,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
     p.twoGroupItems = path == Path::TwoGroups;
     p.fp16X = path == Path::Fp16Split;
     p.forceCudaCores = p.forceCudaCores || path == Path::TiledCudaCores;
-    TiledFp4 tiled = isTiled(path) ? tileWeight(w, dw, report) : TiledFp4{DeviceBuffer<std::uint8_t>(16), DeviceBuffer<std::uint32_t>(4)};
+    TiledFp4 tiled = isTiled(path) ? tileWeight(w, dw, report) : noTiling();
     if (isTiled(path)) {
         p.codes = tiled.codes.ptr;
         p.scales = tiled.scaleBits();
@@ -322,7 +332,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         Fp4MatvecParams g = p;
         g.upCodes = du.codes.ptr;
         g.upScales = du.scales.ptr;
-        TiledFp4 upTiled = isTiled(path) ? tileWeight(up, du, report) : TiledFp4{DeviceBuffer<std::uint8_t>(16), DeviceBuffer<std::uint32_t>(4)};
+        TiledFp4 upTiled = isTiled(path) ? tileWeight(up, du, report) : noTiling();
         if (isTiled(path)) {
             g.upCodes = upTiled.codes.ptr;
             g.upScales = upTiled.scaleBits();
@@ -352,39 +362,21 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 
         if (timing && rows == 1) {
             const double bytes = 2.0 * static_cast<double>(w.codes.size() + 2 * w.scales.size());
-            int dev = 0;
-            HCHECK(cudaGetDevice(&dev));
-            int l2 = 0;
-            HCHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-            const int copies = static_cast<int>(std::min<double>(64, std::ceil(3.0 * l2 / bytes) + 1));
-            DeviceBuffer<std::uint8_t> cg(w.codes.size() * copies), cu(w.codes.size() * copies);
-            DeviceBuffer<std::uint16_t> sg(w.scales.size() * copies), su(w.scales.size() * copies);
-            for (int c = 0; c < copies; ++c) {
-                HCHECK(cudaMemcpy(cg.ptr + c * w.codes.size(), dw.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
-                HCHECK(cudaMemcpy(cu.ptr + c * w.codes.size(), du.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
-                HCHECK(cudaMemcpy(sg.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
-                HCHECK(cudaMemcpy(su.ptr + c * w.scales.size(), du.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
-            }
-            std::unique_ptr<TiledCopies> tg, tu;
-            if (path == Path::Tiled) {
-                tg = std::make_unique<TiledCopies>(tiled, copies);
-                tu = std::make_unique<TiledCopies>(upTiled, copies);
-            }
+            const int copies = copiesPastL2(bytes);
+            const Rotation<std::uint8_t> cg(dw.codes, copies), cu(du.codes, copies);
+            const Rotation<std::uint16_t> sg(dw.scales, copies), su(du.scales, copies);
+            // The tiled copies (dummies of a few bytes on the other paths).
+            const Rotation<std::uint8_t> tcg(tiled.codes, copies), tcu(upTiled.codes, copies);
+            const Rotation<std::uint32_t> tsg(tiled.scales, copies), tsu(upTiled.scales, copies);
             auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false) {
                 return medianMicros(
                     [&](int i) {
                         Fp4MatvecParams t = g;
                         const int c = i % copies;
-                        t.codes = cg.ptr + c * w.codes.size();
-                        t.upCodes = cu.ptr + c * w.codes.size();
-                        t.scales = sg.ptr + c * w.scales.size();
-                        t.upScales = su.ptr + c * w.scales.size();
-                        if (t.tiled) {
-                            t.codes = tg->codes.ptr + c * tg->codeBytes;
-                            t.scales = reinterpret_cast<const std::uint16_t*>(tg->scales.ptr + c * tg->scaleWords);
-                            t.upCodes = tu->codes.ptr + c * tu->codeBytes;
-                            t.upScales = reinterpret_cast<const std::uint16_t*>(tu->scales.ptr + c * tu->scaleWords);
-                        }
+                        t.codes = t.tiled ? tcg.at(c) : cg.at(c);
+                        t.upCodes = t.tiled ? tcu.at(c) : cu.at(c);
+                        t.scales = t.tiled ? reinterpret_cast<const std::uint16_t*>(tsg.at(c)) : sg.at(c);
+                        t.upScales = t.tiled ? reinterpret_cast<const std::uint16_t*>(tsu.at(c)) : su.at(c);
                         t.forceCudaCores = cudaCores;
                         t.singleHalfX = singleHalf;
                         t.fp16X = fp16;
@@ -418,19 +410,10 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
 
     if (timing && rows == 1) {
         const double bytes = static_cast<double>(w.codes.size() + 2 * w.scales.size());
-        int dev = 0;
-        HCHECK(cudaGetDevice(&dev));
-        int l2 = 0;
-        HCHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-        const int copies = static_cast<int>(std::min<double>(64, std::ceil(3.0 * l2 / bytes) + 1));
-        DeviceBuffer<std::uint8_t> cc(w.codes.size() * copies);
-        DeviceBuffer<std::uint16_t> ss(w.scales.size() * copies);
-        for (int c = 0; c < copies; ++c) {
-            HCHECK(cudaMemcpy(cc.ptr + c * w.codes.size(), dw.codes.ptr, w.codes.size(), cudaMemcpyDeviceToDevice));
-            HCHECK(cudaMemcpy(ss.ptr + c * w.scales.size(), dw.scales.ptr, w.scales.size() * 2, cudaMemcpyDeviceToDevice));
-        }
-        std::unique_ptr<TiledCopies> tp;
-        if (path == Path::Tiled) tp = std::make_unique<TiledCopies>(tiled, copies);
+        const int copies = copiesPastL2(bytes);
+        const Rotation<std::uint8_t> cc(dw.codes, copies), tcc(tiled.codes, copies);
+        const Rotation<std::uint16_t> ss(dw.scales, copies);
+        const Rotation<std::uint32_t> tss(tiled.scales, copies);
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
         auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false,
                                bool fp16 = false) {
@@ -438,12 +421,8 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 [&](int i) {
                     Fp4MatvecParams t = p;
                     const int c = i % copies;
-                    t.codes = cc.ptr + c * w.codes.size();
-                    t.scales = ss.ptr + c * w.scales.size();
-                    if (t.tiled) {
-                        t.codes = tp->codes.ptr + c * tp->codeBytes;
-                        t.scales = reinterpret_cast<const std::uint16_t*>(tp->scales.ptr + c * tp->scaleWords);
-                    }
+                    t.codes = t.tiled ? tcc.at(c) : cc.at(c);
+                    t.scales = t.tiled ? reinterpret_cast<const std::uint16_t*>(tss.at(c)) : ss.at(c);
                     t.forceCudaCores = cudaCores;
                     t.singleHalfX = singleHalf;
                     t.rowsPerWarp = rowsPerWarp;
