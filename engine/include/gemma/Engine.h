@@ -132,7 +132,7 @@ struct OpenOptions {
     bool integerMatvec = true;
     // CUDA: FP4 weights are rearranged on the GPU at load into the tiled layout
     // (kernels/include/kernels/Fp4Tiled.h: each 16-row × 128-input block contiguous in the order
-    // the batch-1 matvec's lanes read it), the decode matvecs 4–18 % faster per shape on the H200
+    // the batch-1 matvec's lanes read it), the decode matvecs 2–18 % faster per shape on the H200
     // (docs/PERFORMANCE.md version 5); same results bit for bit. false: the row layout
     // (comparisons).
     bool tiledWeights = true;

@@ -6,7 +6,7 @@
 // pieces of 64 bytes, 16 rows apart, and its 16 bf16 scales sit in 16 rows: every 16-byte load
 // instruction of the warp touches 8 rows, every scale load 8 rows for 16 useful bytes. In the
 // tiled layout an item is contiguous and in the lanes' read order, so a warp's item is two
-// 512-byte loads and one scale word per lane (measured +4 to +18 % per shape on the H200,
+// 512-byte loads and one scale word per lane (measured +2 to +18 % per shape on the H200,
 // docs/PERFORMANCE.md version 5).
 //
 // Layout, for W[out][in] with groups = fp4GroupsPerRow(in) and tiles = ceil(out / 16):
