@@ -362,6 +362,9 @@ void PerfPanel::refreshCharts() {
     QVector<QList<QPointF>> sums(bucketNames_.size());
     for (qsizetype i = windowStart; i < total; ++i) {
         const PerfStepSample& sample = history_[i];
+        // Only timed steps carry buckets; the engine times one step in N (the others replay the
+        // CUDA graph at full speed), so the stack is drawn from those and tok/s from every step.
+        if (!sample.instrumented) continue;
         const double x = static_cast<double>(firstIndex + i);
         double running = 0.0;
         for (int bucket = 0; bucket < bucketNames_.size(); ++bucket) {
@@ -446,7 +449,9 @@ void PerfPanel::refreshMetrics() {
         set(QStringLiteral("ceiling"), ceilingGBps_ ? none : tr("not measured"));
     }
     const PerfStepSample& last = history_.last();
-    set(QStringLiteral("kernels"), QString::number(last.launches));
+    // Kernels per step are counted on timed steps only: the latest one in the history.
+    auto timed = std::find_if(history_.crbegin(), history_.crend(), [](const PerfStepSample& s) { return s.instrumented; });
+    set(QStringLiteral("kernels"), timed != history_.crend() ? QString::number(timed->launches) : none);
     set(QStringLiteral("graph"), last.graph ? tr("on") : tr("off"));
 }
 

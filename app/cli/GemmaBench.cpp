@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
          {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
          {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
+         {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     std::string error;
@@ -180,6 +181,7 @@ int main(int argc, char** argv) {
     options.programmaticLaunch = !cli.has("no-pdl");
     options.integerMatvec = !cli.has("fp16-matvec");
     options.tiledWeights = !cli.has("row-layout");
+    const bool hostSampling = cli.has("host-sampling");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
     if (!engine) {
@@ -208,17 +210,25 @@ int main(int argc, char** argv) {
         request.promptTokens = prompt;
         request.decodeTokens = static_cast<int>(decodeTokens);
         request.instrumented = false;
+        request.hostSampling = hostSampling;
         auto plain = (*engine)->benchmarkDecode(request, {});
         if (!plain) {
             std::cerr << "gemma-bench: " << plain.status().message() << "\n";
             return false;
         }
+        // The other plain path in the same run (the host's share of a token, measured), and the
+        // instrumented run for the buckets, where asked.
+        request.hostSampling = !hostSampling;
+        auto other = alsoInstrumented ? (*engine)->benchmarkDecode(request, {}) : plain;
+        request.hostSampling = false;
         request.instrumented = true;
         auto timed = alsoInstrumented ? (*engine)->benchmarkDecode(request, {}) : plain;
-        if (!timed) {
-            std::cerr << "gemma-bench: " << timed.status().message() << "\n";
+        if (!timed || !other) {
+            std::cerr << "gemma-bench: " << (timed ? other : timed).status().message() << "\n";
             return false;
         }
+        const double deviceChainTps = hostSampling ? other->tokensPerSecond : plain->tokensPerSecond;
+        const double hostSamplingTps = hostSampling ? plain->tokensPerSecond : other->tokensPerSecond;
         double bytes = 0.0;
         for (int i = 0; i < request.decodeTokens; ++i) bytes += bytesPerToken(info, config, prompt + i, kvElementBytes);
         bytes /= request.decodeTokens;
@@ -233,6 +243,9 @@ int main(int argc, char** argv) {
                                      {"tokens_per_second", plain->tokensPerSecond},
                                      {"ms_per_token", plain->msPerToken},
                                      {"instrumented_tokens_per_second", timed->tokensPerSecond},
+                                     {"decode_path", hostSampling ? "host sampling" : "device greedy chain"},
+                                     {"device_greedy_tokens_per_second", alsoInstrumented || !hostSampling ? Json(deviceChainTps) : Json()},
+                                     {"host_sampling_tokens_per_second", alsoInstrumented || hostSampling ? Json(hostSamplingTps) : Json()},
                                      {"bytes_per_token", bytes},
                                      {"GBs", row.gbs},
                                      {"percent_of_read_ceiling", row.percent},
@@ -240,8 +253,9 @@ int main(int argc, char** argv) {
                                      // instrumented steps always launch directly (event pairs per kernel).
                                      {"cuda_graph_plain_run", (*engine)->info().backend.find("graph on") != std::string::npos},
                                      {"buckets", stepBuckets(timed->steps)}});
-        std::fprintf(stderr, "  %-8s alloc %6d depth %6d: %8.1f tok/s (%.1f instrumented), %.0f GB/s, %.1f%% of read ceiling\n", test,
-                     allocation, depth, plain->tokensPerSecond, timed->tokensPerSecond, row.gbs, row.percent);
+        std::fprintf(stderr, "  %-8s alloc %6d depth %6d: %8.1f tok/s (%.1f instrumented, %.1f %s), %.0f GB/s, %.1f%% of read ceiling\n",
+                     test, allocation, depth, plain->tokensPerSecond, timed->tokensPerSecond, other->tokensPerSecond,
+                     hostSampling ? "device chain" : "host sampling", row.gbs, row.percent);
         return true;
     };
 
@@ -347,9 +361,13 @@ int main(int argc, char** argv) {
     }
     if (results.contains("decode") && !results["decode"].empty()) {
         const auto& first = results["decode"][0];
+        auto rate = [](const Json& value) { return value.is_number() ? std::to_string(static_cast<int>(value.get<double>())) : std::string("—"); };
         md << "\nBuckets (alloc " << first["allocation"].get<int>() << ", instrumented "
            << static_cast<int>(first["instrumented_tokens_per_second"].get<double>()) << " tok/s vs plain "
-           << static_cast<int>(first["tokens_per_second"].get<double>()) << "; plain run as a CUDA graph: " << (first["cuda_graph_plain_run"].get<bool>() ? "yes" : "no")
+           << static_cast<int>(first["tokens_per_second"].get<double>()) << " (" << first["decode_path"].get<std::string>()
+           << "; host sampling " << rate(first["host_sampling_tokens_per_second"]) << ", device greedy chain "
+           << rate(first["device_greedy_tokens_per_second"])
+           << "); plain run as a CUDA graph: " << (first["cuda_graph_plain_run"].get<bool>() ? "yes" : "no")
            << ")\n\n| bucket | ms/token | launches/step |\n|---|---|---|\n";
         for (const auto& [name, value] : first["buckets"].items()) {
             std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "gemma/Engine.h"
+#include "gemma/Sampler.h"
 #include "gemma/Status.h"
 
 namespace gemma {
@@ -37,12 +40,42 @@ public:
     virtual int kvBytesPerElement() const = 0;  // 4 (f32) or 2 (bf16, CUDA only)
     // Streaming-read bandwidth of the memory this backend's weights live in, GB/s (Engine.h).
     virtual Expected<double> measureReadBandwidth() = 0;
+    // Whether an uninstrumented single-token forward() replays a captured graph (CUDA).
+    virtual bool graphActive() const { return false; }
     // Runs tokens at positions [startPosition, startPosition + tokens.size()). Positions must
     // continue the context (startPosition == the number of positions already run). Writes the
     // logits of every position when `allPositions`, else only of the last, row-major into `logits`.
     // Adds the time of each bucket to `stats` (which may be null).
     virtual Status forward(std::span<const std::int32_t> tokens, int startPosition, bool allPositions,
                            std::vector<float>& logits, StepStats* stats) = 0;
+
+    // Greedy decoding without logits on the host: step i runs, at startPosition + i, `token` (step
+    // 0) or the id step i − 1 chose, and hands its choice (Sampler::argmax of the step's logits:
+    // the lowest id wins ties, NaN never wins) to onToken with the step's uninstrumented stats
+    // (wall time since the previous id arrived). onToken returns false to stop; at most maxSteps
+    // steps are accepted. A backend may have run one step past the last accepted one (CUDA keeps
+    // the next step queued so the GPU never waits on the host): that step's KV write lies past
+    // the context, which ends after the last accepted step, and is rewritten before it is read.
+    // This default runs forward() and a host argmax per step; the CUDA backend chooses on the
+    // device and chains the steps there (CudaBackend.cpp).
+    using GreedyCallback = std::function<bool(std::int32_t id, const StepStats& step)>;
+    virtual Status decodeGreedy(std::int32_t token, int startPosition, int maxSteps, const GreedyCallback& onToken) {
+        if (maxSteps < 1) return {ErrorCode::InvalidArgument, "greedy decoding needs at least one step"};
+        std::vector<float> logits;
+        std::int32_t next = token;
+        auto last = std::chrono::steady_clock::now();
+        for (int i = 0; i < maxSteps; ++i) {
+            GEMMA_RETURN_IF_ERROR(forward(std::span<const std::int32_t>(&next, 1), startPosition + i, false, logits, nullptr));
+            next = Sampler::argmax(logits);
+            const auto now = std::chrono::steady_clock::now();
+            StepStats step;
+            step.position = startPosition + i;
+            step.wallMs = std::chrono::duration<double, std::milli>(now - last).count();
+            last = now;
+            if (!onToken(next, step)) break;
+        }
+        return Status::ok();
+    }
 };
 
 // The preconditions every backend's forward() checks first (one place, one set of messages).

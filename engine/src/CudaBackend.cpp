@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "ActivationConvert.h"
+#include "Argmax.h"
 #include "AttentionDecode.h"
 #include "AttentionPrefill.h"
 #include "CublasLt.h"
@@ -108,6 +109,34 @@ private:
     std::size_t bytes_ = 0;
 };
 
+// Page-locked host memory the GPU writes directly (cudaHostAllocMapped): the greedy chain's
+// history of chosen ids, read by the host after an event behind the writing launch completes.
+class MappedHostBuffer {
+public:
+    MappedHostBuffer() = default;
+    MappedHostBuffer(const MappedHostBuffer&) = delete;
+    MappedHostBuffer& operator=(const MappedHostBuffer&) = delete;
+    ~MappedHostBuffer() {
+        if (host_) cudaFreeHost(host_);
+    }
+    Status allocate(std::size_t bytes, const char* what) {
+        if (host_) cudaFreeHost(host_);
+        host_ = nullptr;
+        device_ = nullptr;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaHostAlloc(&host_, bytes, cudaHostAllocMapped), what));
+        std::memset(host_, 0, bytes);
+        return cudaError(cudaHostGetDevicePointer(&device_, host_, 0), what);
+    }
+    template <typename T>
+    volatile T* host() const { return static_cast<volatile T*>(host_); }
+    template <typename T>
+    T* device() const { return static_cast<T*>(device_); }
+
+private:
+    void* host_ = nullptr;
+    void* device_ = nullptr;
+};
+
 struct DeviceLinear {
     const std::uint8_t* codes = nullptr;
     const std::uint16_t* scales = nullptr;
@@ -149,6 +178,8 @@ public:
     ~CudaBackend() override {
         dropGraph();
         for (auto& e : events_) cudaEventDestroy(e);
+        for (auto& e : greedyEvents_)
+            if (e) cudaEventDestroy(e);
         if (stream_) cudaStreamDestroy(stream_);
     }
 
@@ -211,6 +242,8 @@ public:
         GEMMA_RETURN_IF_ERROR(allocateWorkspaces());
         events_.resize(2048);
         for (auto& e : events_) GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreate(&e), "cudaEventCreate"));
+        for (auto& e : greedyEvents_)
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
         return resetContext(allocation);
     }
 
@@ -218,8 +251,10 @@ public:
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
-               (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) + ")";
+               (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
+               (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) + ")";
     }
+    bool graphActive() const override { return graphExec_ != nullptr; }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
 
@@ -507,6 +542,8 @@ private:
         }
         GEMMA_RETURN_IF_ERROR(tokens_.allocateZeroed(R * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(positions_.allocateZeroed(R * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(argmaxWorkspace_.allocateZeroed(kc::argmaxWorkspaceBytes(greedyArgmaxParams()), "workspace"));
+        GEMMA_RETURN_IF_ERROR(greedyHistory_.allocate(kGreedyHistory * sizeof(std::int32_t), "greedy decoding history"));
         if (ple > 0) {
             GEMMA_RETURN_IF_ERROR(perLayerInputs_.allocateZeroed(R * ple * 4, "workspace"));
             GEMMA_RETURN_IF_ERROR(perLayerIdentity_.allocateZeroed(R * ple * 4, "workspace"));
@@ -772,17 +809,9 @@ private:
         GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));
         if (!graphWanted_ || graphFailed_) return launchChunk(1, true, false, nullptr);
         if (!graphExec_) {
-            cudaGraph_t graph = nullptr;
-            cudaError_t error = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
-            Status launched = error == cudaSuccess ? launchChunk(1, true, false, nullptr) : cudaError(error, "begin capture");
-            const cudaError_t endError = error == cudaSuccess ? cudaStreamEndCapture(stream_, &graph) : cudaSuccess;
-            if (launched && endError == cudaSuccess && graph) error = cudaGraphInstantiate(&graphExec_, graph, 0);
-            if (graph) cudaGraphDestroy(graph);
-            if (!launched || endError != cudaSuccess || error != cudaSuccess || !graphExec_) {
-                (void)cudaGetLastError();
+            graphExec_ = capture([&] { return launchChunk(1, true, false, nullptr); }, graphStatus_);
+            if (!graphExec_) {
                 graphFailed_ = true;
-                graphStatus_ = "capture failed: " + (launched ? std::string(cudaGetErrorString(endError != cudaSuccess ? endError : error)) : launched.message());
-                graphExec_ = nullptr;
                 return launchChunk(1, true, false, nullptr);
             }
             // Self-check: direct launches first, then a replay of the same step.
@@ -808,9 +837,145 @@ private:
         return cudaError(cudaGraphLaunch(graphExec_, stream_), "graph launch");
     }
 
+    // Captures what `launches` enqueues on the stream into an executable graph; null on failure,
+    // with the reason in `why` (the stream is left out of capture either way).
+    template <typename Launches>
+    cudaGraphExec_t capture(Launches&& launches, std::string& why) {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        cudaError_t error = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+        const Status launched = error == cudaSuccess ? launches() : cudaError(error, "begin capture");
+        const cudaError_t endError = error == cudaSuccess ? cudaStreamEndCapture(stream_, &graph) : cudaSuccess;
+        if (launched && endError == cudaSuccess && graph) error = cudaGraphInstantiate(&exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (!launched || endError != cudaSuccess || error != cudaSuccess || !exec) {
+            (void)cudaGetLastError();
+            if (exec) cudaGraphExecDestroy(exec);
+            why = "capture failed: " +
+                  (launched ? std::string(cudaGetErrorString(endError != cudaSuccess ? endError : error)) : launched.message());
+            return nullptr;
+        }
+        return exec;
+    }
+
+    // ---- greedy decoding chained on the device ----------------------------------------------------
+    // One graph = one decode step + the device argmax, which writes the chosen id into the step's
+    // token input, records it in the host-mapped history and advances the device-side position
+    // (ArgmaxParams feedback). Replays of it decode greedily with nothing uploaded in between, so
+    // the host keeps the next step queued behind the running one and the GPU never waits for the
+    // host's share of a token (copying 1 MB of logits, choosing, launching).
+    kc::ArgmaxParams greedyArgmaxParams() const {
+        kc::ArgmaxParams a;
+        a.logits = logits_.as<float>();
+        a.n = config_.vocabSize;
+        a.stride = config_.vocabSize;
+        a.rows = 1;
+        a.outIndex = tokens_.as<int>();
+        a.workspace = argmaxWorkspace_.as<void>();
+        a.workspaceBytes = argmaxWorkspace_.bytes();
+        a.position = positions_.as<int>();
+        a.history = greedyHistory_.device<int>();
+        a.historySize = kGreedyHistory;
+        return a;
+    }
+
+    Status launchGreedyStep() {
+        GEMMA_RETURN_IF_ERROR(launchChunk(1, true, false, nullptr));
+        return kernelError(kc::launchArgmax(greedyArgmaxParams(), stream_), "argmax");
+    }
+
+    // Captures the greedy graph, then checks it once at (token, position), the step decodeGreedy
+    // runs first anyway (its KV write is idempotent): a direct launch and a replay must give
+    // bit-identical logits and the same id. A failure turns the device chain off (name() says
+    // why); decodeGreedy then takes the host path.
+    Status prepareGreedyGraph(std::int32_t token, int position) {
+        greedyGraph_ = capture([&] { return launchGreedyStep(); }, greedyStatus_);
+        if (!greedyGraph_) {
+            greedyFailed_ = true;
+            greedyStatus_ = "off (" + greedyStatus_ + ")";
+            return Status::ok();
+        }
+        const std::int32_t input[1] = {token};
+        const std::size_t vocab = static_cast<std::size_t>(config_.vocabSize);
+        std::vector<float> direct(vocab), replay(vocab);
+        std::int32_t ids[2] = {0, 0};
+        for (int run = 0; run < 2; ++run) {
+            GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));
+            greedyHistory_.host<std::int32_t>()[position % kGreedyHistory] = -1;
+            GEMMA_RETURN_IF_ERROR(run == 0 ? launchGreedyStep() : cudaError(cudaGraphLaunch(greedyGraph_, stream_), "graph launch"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync((run == 0 ? direct : replay).data(), logits_.as<float>(), vocab * 4,
+                                                            cudaMemcpyDeviceToHost, stream_),
+                                            "self-check"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "self-check"));
+            ids[run] = greedyHistory_.host<std::int32_t>()[position % kGreedyHistory];
+        }
+        if (std::memcmp(direct.data(), replay.data(), vocab * 4) != 0 || ids[0] != ids[1] || ids[0] < 0) {
+            greedyFailed_ = true;
+            greedyStatus_ = "off (self-check failed: graph replay and direct launch disagreed)";
+            cudaGraphExecDestroy(greedyGraph_);
+            greedyGraph_ = nullptr;
+            return Status::ok();
+        }
+        greedyStatus_ = "on (self-check passed: replay bit-identical to direct launch, same id)";
+        return Status::ok();
+    }
+
+public:
+    Status decodeGreedy(std::int32_t token, int startPosition, int maxSteps, const GreedyCallback& onToken) override {
+        if (maxSteps < 1) return {ErrorCode::InvalidArgument, "greedy decoding needs at least one step"};
+        const std::int32_t input[1] = {token};
+        GEMMA_RETURN_IF_ERROR(checkForwardRequest(input, startPosition, position_, allocation_, config_.vocabSize));
+        if (static_cast<std::int64_t>(startPosition) + maxSteps > allocation_) {
+            return {ErrorCode::InvalidArgument, "the context allocation of " + std::to_string(allocation_) + " positions is full"};
+        }
+        if (graphWanted_ && !greedyFailed_ && !greedyGraph_) GEMMA_RETURN_IF_ERROR(prepareGreedyGraph(token, startPosition));
+        if (!greedyGraph_) return Backend::decodeGreedy(token, startPosition, maxSteps, onToken);
+
+        GEMMA_RETURN_IF_ERROR(uploadInputs(input, startPosition));
+        int launched = 0, accepted = 0;
+        auto launchNext = [&]() {
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaGraphLaunch(greedyGraph_, stream_), "graph launch"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaEventRecord(greedyEvents_[launched % 2], stream_), "cudaEventRecord"));
+            ++launched;
+            return Status::ok();
+        };
+        Status status = launchNext();
+        auto last = std::chrono::steady_clock::now();
+        // Invariant: launched == accepted + 1 at the top (step `accepted` is running or done); the
+        // next step goes in behind it before the host waits, so the GPU always has work queued.
+        while (status && accepted < launched) {
+            if (launched < maxSteps) {
+                status = launchNext();
+                if (!status) break;
+            }
+            status = cudaError(cudaEventSynchronize(greedyEvents_[accepted % 2]), "running the forward pass");
+            if (!status) break;
+            const int position = startPosition + accepted;
+            const std::int32_t id = greedyHistory_.host<std::int32_t>()[position % kGreedyHistory];
+            const auto now = std::chrono::steady_clock::now();
+            StepStats step;
+            step.position = position;
+            step.graph = true;
+            step.wallMs = std::chrono::duration<double, std::milli>(now - last).count();
+            last = now;
+            ++accepted;
+            position_ = startPosition + accepted;
+            if (!onToken(id, step)) break;
+        }
+        // The step queued ahead (if any) finishes before anything else uses the cache; the
+        // context ends after the last accepted step.
+        const Status drained = cudaError(cudaStreamSynchronize(stream_), "running the forward pass");
+        position_ = startPosition + accepted;
+        GEMMA_RETURN_IF_ERROR(status);
+        return drained;
+    }
+
+private:
     void dropGraph() {
         if (graphExec_) cudaGraphExecDestroy(graphExec_);
         graphExec_ = nullptr;
+        if (greedyGraph_) cudaGraphExecDestroy(greedyGraph_);
+        greedyGraph_ = nullptr;
     }
 
     Status launchChunk(int rows, bool wantLogits, bool allPositions, StepStats* stats) {
@@ -1000,6 +1165,15 @@ private:
     bool graphFailed_ = false;
     cudaGraphExec_t graphExec_ = nullptr;
     std::string graphStatus_ = "off";
+    // The greedy chain (decodeGreedy): its graph, the ids it chose (entry p % kGreedyHistory for
+    // the step at position p; at most two steps are in flight) and one event per step in flight.
+    static constexpr int kGreedyHistory = 8;
+    DeviceBuffer argmaxWorkspace_;
+    MappedHostBuffer greedyHistory_;
+    cudaGraphExec_t greedyGraph_ = nullptr;
+    cudaEvent_t greedyEvents_[2] = {nullptr, nullptr};
+    bool greedyFailed_ = false;
+    std::string greedyStatus_;
     std::vector<cudaEvent_t> events_;
     std::vector<Span> spans_;
     int eventCursor_ = 0;

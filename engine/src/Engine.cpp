@@ -56,14 +56,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
-void finishStep(StepStats& step, Clock::time_point start) {
+// Wall time of a step; for an instrumented one also the gap (wall − the timed buckets).
+void finishStep(StepStats& step, Clock::time_point start, bool instrumented) {
     step.wallMs = msSince(start);
+    step.instrumented = instrumented;
+    if (!instrumented) return;
     double kernels = 0.0;
     for (int b = 0; b < kBucketCount; ++b) {
         if (b != static_cast<int>(Bucket::Gap)) kernels += step.bucketMs[b];
     }
     step.bucketMs[static_cast<int>(Bucket::Gap)] = std::max(0.0, step.wallMs - kernels);
-    step.instrumented = true;
 }
 
 std::int64_t kvBytesPerPosition(const ModelConfig& c) {
@@ -211,25 +213,13 @@ public:
 
         std::vector<std::int32_t> history = prompt;
         IncrementalDecoder decoder(tokenizer_);
-        int position = static_cast<int>(prompt.size());
+        int position = static_cast<int>(prompt.size());  // where the last accepted id runs next
         const auto decodeStart = Clock::now();
         stats.stopReason = StopReason::MaxTokens;
-        StepStats step = prefillStep;
-        auto stepStart = begin;
-        for (int generated = 0; generated < request.maxNewTokens; ++generated) {
-            if (cancelRequested()) {
-                stats.stopReason = StopReason::Cancelled;
-                break;
-            }
-            std::int32_t next;
-            {
-                const auto sampleStart = Clock::now();
-                next = sampler->sample(logits, history);
-                step.bucketMs[static_cast<int>(Bucket::Sampling)] += msSince(sampleStart);
-                step.launches[static_cast<int>(Bucket::Sampling)] += 1;
-            }
-            finishStep(step, stepStart);
-            if (generated == 0) stats.timeToFirstTokenMs = msSince(begin);
+        bool finished = false;
+        // Takes one chosen id: records it, streams it, and says whether decoding goes on.
+        auto accept = [&](std::int32_t next, const StepStats& step) {
+            if (stats.generatedTokens == 0) stats.timeToFirstTokenMs = msSince(begin);
             history.push_back(next);
             stats.tokens.push_back(next);
             ++stats.generatedTokens;
@@ -240,24 +230,66 @@ public:
             event.step = step;
             if (onToken && !onToken(event)) {
                 stats.stopReason = StopReason::Cancelled;
-                break;
-            }
-            if (stop) {
+            } else if (stop) {
                 stats.stopReason = StopReason::EndOfTurn;
-                break;
-            }
-            if (generated + 1 == request.maxNewTokens) break;
-            if (position >= allocation) {
+            } else if (stats.generatedTokens == request.maxNewTokens) {
+                stats.stopReason = StopReason::MaxTokens;
+            } else if (position >= allocation) {
                 stats.stopReason = StopReason::ContextFull;
-                break;
+            } else if (cancelRequested()) {
+                stats.stopReason = StopReason::Cancelled;
+            } else {
+                return true;
             }
-            step = StepStats{};
+            finished = true;
+            return false;
+        };
+        // The first id comes from the prefill's logits (that step's stats are the prefill's).
+        if (request.maxNewTokens > 0 && !cancelRequested()) {
+            const auto sampleStart = Clock::now();
+            const std::int32_t first = sampler->sample(logits, history);
+            prefillStep.bucketMs[static_cast<int>(Bucket::Sampling)] += msSince(sampleStart);
+            prefillStep.launches[static_cast<int>(Bucket::Sampling)] += 1;
+            finishStep(prefillStep, begin, true);
+            accept(first, prefillStep);
+        } else {
+            stats.stopReason = request.maxNewTokens > 0 ? StopReason::Cancelled : StopReason::MaxTokens;
+            finished = true;
+        }
+        // Greedy choices with no penalty and no logits wanted: the backend picks on the device
+        // and chains steps there (Backend::decodeGreedy), between the instrumented steps.
+        const bool greedyOnBackend = Sampler::isPlainArgmax(request.sampling) && !request.onLogits;
+        const int every = std::max(0, request.instrumentEvery);
+        int decodeSteps = 0;  // steps run after the prefill
+        while (!finished) {
+            const bool instrumentThis = every > 0 && decodeSteps % every == 0;
+            if (greedyOnBackend && !instrumentThis) {
+                int burst = std::min(request.maxNewTokens - stats.generatedTokens, allocation - position);
+                if (every > 0) burst = std::min(burst, every - decodeSteps % every);
+                GEMMA_RETURN_IF_ERROR(backend_->decodeGreedy(history.back(), position, burst, [&](std::int32_t next, const StepStats& step) {
+                    ++position;
+                    ++decodeSteps;
+                    StepStats reported = step;
+                    reported.launches[static_cast<int>(Bucket::Sampling)] = 1;  // the argmax on the device
+                    return accept(next, reported);
+                }));
+                continue;
+            }
+            StepStats step;
             step.position = position;
-            stepStart = Clock::now();
-            const std::int32_t input[1] = {next};
-            GEMMA_RETURN_IF_ERROR(backend_->forward(input, position, false, logits, &step));
+            const auto stepStart = Clock::now();
+            const std::int32_t input[1] = {history.back()};
+            GEMMA_RETURN_IF_ERROR(backend_->forward(input, position, false, logits, instrumentThis ? &step : nullptr));
             if (request.onLogits) request.onLogits(position, logits.data(), static_cast<std::int32_t>(vocab));
             ++position;
+            ++decodeSteps;
+            const auto sampleStart = Clock::now();
+            const std::int32_t next = sampler->sample(logits, history);
+            step.bucketMs[static_cast<int>(Bucket::Sampling)] += msSince(sampleStart);
+            step.launches[static_cast<int>(Bucket::Sampling)] += 1;
+            step.graph = !instrumentThis && backend_->graphActive();
+            finishStep(step, stepStart, instrumentThis);
+            accept(next, step);
         }
         stats.decodeMs = msSince(decodeStart);
         if (stats.generatedTokens > 1) {
@@ -292,7 +324,23 @@ public:
         status = backend_->forward(prompt, 0, false, logits, nullptr);
         result.prefillMs = msSince(prefillStart);
         double totalMs = 0.0;
-        for (int i = 0; status && i < request.decodeTokens; ++i) {
+        if (status && !request.instrumented && !request.hostSampling) {
+            // What greedy generation runs: the backend's device-side argmax chain.
+            bool stopped = false;
+            const auto start = Clock::now();
+            status = backend_->decodeGreedy(Sampler::argmax(logits), request.promptTokens, request.decodeTokens,
+                                            [&](std::int32_t, const StepStats& step) {
+                                                result.steps.push_back(step);
+                                                const double done = static_cast<double>(result.steps.size()) / request.decodeTokens;
+                                                stopped = cancelRequested() || (progress && !progress(done, "decoding"));
+                                                return !stopped;
+                                            });
+            totalMs = msSince(start);
+            if (status && (stopped || static_cast<int>(result.steps.size()) != request.decodeTokens)) {
+                status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
+            }
+        }
+        for (int i = 0; status && (request.instrumented || request.hostSampling) && i < request.decodeTokens; ++i) {
             if (cancelRequested()) {
                 status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
                 break;
@@ -302,8 +350,8 @@ public:
             const auto start = Clock::now();
             const std::int32_t input[1] = {Sampler::argmax(logits)};
             status = backend_->forward(input, step.position, false, logits, request.instrumented ? &step : nullptr);
-            finishStep(step, start);
-            step.instrumented = request.instrumented;
+            step.graph = !request.instrumented && backend_->graphActive();
+            finishStep(step, start, request.instrumented);
             totalMs += step.wallMs;
             result.steps.push_back(step);
             if (progress && !progress(static_cast<double>(i + 1) / request.decodeTokens, "decoding")) {

@@ -100,6 +100,10 @@ Expected<Sampler> Sampler::create(const SamplingParams& params) {
     return Sampler(params);
 }
 
+bool Sampler::isPlainArgmax(const SamplingParams& params) {
+    return validate(params).isOk() && (params.greedy || params.temperature == 0.0f) && params.repeatPenalty == 1.0f;
+}
+
 std::int32_t Sampler::argmax(std::span<const float> logits) {
     if (logits.empty() ||
         logits.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))

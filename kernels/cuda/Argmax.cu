@@ -11,6 +11,9 @@
 // writes it to the workspace, and the last block of a row to finish (threadfence + atomic
 // counter) reduces the partials, writes the result and resets the counter to zero.
 //
+// Greedy feedback (ArgmaxParams::position/history): the same last block, after writing the id,
+// records it at history[p % historySize] and stores p + 1 to *position (p read there first).
+//
 // Layouts: logits [rows][stride] fp32; workspace = rows int counters, then rows × blocksPerRow
 // (float, int) partials. Preconditions (checked): n >= 1, stride >= n, workspace large enough.
 #include "Argmax.h"
@@ -51,7 +54,8 @@ __device__ __forceinline__ void blockArgmax(float& v, int& i, float* sv, int* si
 __global__ void __launch_bounds__(kThreads) argmaxKernel(const float* __restrict__ logits,
                                                          std::int64_t n, std::int64_t stride,
                                                          int* counters, float* partV, int* partI,
-                                                         int* outIndex, float* outValue) {
+                                                         int* outIndex, float* outValue, int* position,
+                                                         int* history, int historySize) {
     __shared__ float sv[kThreads / 32];
     __shared__ int si[kThreads / 32];
     __shared__ bool isLast;
@@ -90,6 +94,11 @@ __global__ void __launch_bounds__(kThreads) argmaxKernel(const float* __restrict
         if (bi == 0x7fffffff) bi = 0;
         outIndex[row] = bi;
         if (outValue) outValue[row] = bv;
+        if (position) {
+            const int p = *position;
+            history[p % historySize] = bi;
+            *position = p + 1;
+        }
         counters[row] = 0;
     }
 }
@@ -115,13 +124,15 @@ KernelStatus launchArgmax(const ArgmaxParams& p, cudaStream_t stream) {
     if (p.n < 1 || p.n > 0x7ffffffe || p.stride < p.n || p.rows < 1) return KernelStatus::InvalidArgument;
     if (p.workspaceBytes < argmaxWorkspaceBytes(p)) return KernelStatus::InvalidArgument;
     if ((reinterpret_cast<std::uintptr_t>(p.workspace) & 3u) != 0) return KernelStatus::InvalidArgument;
+    if ((p.position != nullptr) != (p.history != nullptr)) return KernelStatus::InvalidArgument;
+    if (p.position && (p.rows != 1 || p.historySize < 1)) return KernelStatus::InvalidArgument;
     const int blocks = argmaxdetail::blocksPerRow(p.n);
     int* counters = static_cast<int*>(p.workspace);
     float* partV = reinterpret_cast<float*>(counters + p.rows);
     int* partI = reinterpret_cast<int*>(partV + static_cast<std::size_t>(blocks) * p.rows);
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.rows));
     argmaxdetail::argmaxKernel<<<grid, argmaxdetail::kThreads, 0, stream>>>(
-        p.logits, p.n, p.stride, counters, partV, partI, p.outIndex, p.outValue);
+        p.logits, p.n, p.stride, counters, partV, partI, p.outIndex, p.outValue, p.position, p.history, p.historySize);
     return launchStatus();
 }
 

@@ -21,6 +21,14 @@ struct ArgmaxParams {
     // the first launch (cudaMemset once after allocation); every launch leaves them zero again.
     void* workspace = nullptr;
     std::size_t workspaceBytes = 0;
+    // Greedy decode feedback (optional, rows == 1 only): the launch also stores the chosen id in
+    // history[*position % historySize] and advances *position by one. With outIndex pointing at
+    // the decode step's token input, consecutive decode steps (one CUDA graph each) then chain on
+    // the device with no upload between them. `history` may be host-mapped memory: the host reads
+    // entry p after an event recorded behind the launch has completed.
+    int* position = nullptr;
+    int* history = nullptr;
+    int historySize = 0;
 };
 
 std::size_t argmaxWorkspaceBytes(const ArgmaxParams& params);

@@ -112,11 +112,38 @@ private slots:
         step.wallMs = 250.0;
         step.bucketMs = {200.0, 0.0, 0.0, 40.0, 0.0, 10.0};
         step.launches = 900;
+        step.instrumented = true;
         panel.appendSamples({step, step});
         QTRY_COMPARE(panel.metricText("tokPerSecond"), QStringLiteral("4.0"));
         QCOMPARE(panel.metricText("graph"), QStringLiteral("off"));
         QCOMPARE(panel.metricText("gbPerSecond"), QStringLiteral("\u2014"));  // no traffic known yet
         QCOMPARE(panel.bucketSeries()[1]->upperSeries()->at(0).y(), 200.0);
+    }
+
+    void untimedStepsCountForSpeedButNotForTheStack() {
+        // The engine times one decode step in N; the others report wall time only. The stack is
+        // drawn from the timed steps, tok/s from all of them, and the kernel count from the
+        // latest timed step.
+        PerfPanel panel;
+        panel.setBucketNames({"FP4 matvec", "Attention", "Norms", "LM head", "Sampling", "Gaps"});
+        QVector<PerfStepSample> steps = recordedSteps(40);
+        for (int i = 0; i < steps.size(); ++i) {
+            if (i % 8 == 0) continue;
+            steps[i].instrumented = false;
+            steps[i].bucketMs.fill(0.0);
+            steps[i].launches = 0;
+            steps[i].wallMs = 2.0;
+        }
+        panel.appendSamples(steps);
+        QTRY_COMPARE(panel.speedSeries()->count(), 40);
+        const auto& areas = panel.bucketSeries();
+        QCOMPARE(areas[0]->upperSeries()->count(), 5);  // steps 0, 8, 16, 24, 32
+        for (int k = 0; k < 5; ++k) {
+            QCOMPARE(areas[0]->upperSeries()->at(k).x(), double(8 * k));
+            QVERIFY(qAbs(areas[5]->upperSeries()->at(k).y() - steps[8 * k].wallMs) < 1e-9);
+        }
+        QVERIFY(qAbs(panel.speedSeries()->at(1).y() - 500.0) < 1e-9);  // an untimed 2 ms step
+        QCOMPARE(panel.metricText("kernels"), QString::number(steps[32].launches));
     }
 
     void exportsCsvJsonAndPng() {

@@ -53,6 +53,24 @@ Generation generate(const fs::path& package, gemma::Device device, const std::ve
     return run;
 }
 
+// Greedy ids with no logits wanted: the CUDA backend chooses on the device and chains the steps
+// there (Backend::decodeGreedy), timing every `instrumentEvery`th step through direct launches.
+std::vector<std::int32_t> deviceGreedyIds(const fs::path& package, const std::vector<std::int32_t>& prompt, int count, int instrumentEvery) {
+    auto engine = gemma::Engine::open(package, gemma::OpenOptions{gemma::Device::Cuda, 512, gemma::KvCacheType::F32});
+    EXPECT_TRUE(engine) << engine.status().message();
+    if (!engine) return {};
+    gemma::GenerationRequest request;
+    request.rawTokens = prompt;
+    request.maxNewTokens = count;
+    request.stopAtEndOfTurn = false;
+    request.sampling.greedy = true;
+    request.instrumentEvery = instrumentEvery;
+    auto stats = (*engine)->generate(request, {});
+    EXPECT_TRUE(stats) << stats.status().message();
+    EXPECT_NE((*engine)->info().backend.find("greedy chain on (self-check passed"), std::string::npos) << (*engine)->info().backend;
+    return stats ? stats->tokens : std::vector<std::int32_t>{};
+}
+
 // Compares row by row; returns the number of rows checked.
 void compare(const Generation& got, const std::vector<float>& reference, const std::vector<std::int32_t>& referenceTokens, std::int64_t vocab,
              std::size_t promptLength, const std::string& label, double tolerance) {
@@ -135,6 +153,11 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // over dequantized weights, flash attention), the rest the matvecs; a second run prefills with
     // matvecs only.
     compare(exact, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs cpu", 2e-2);
+    // The device-side greedy chain, alone and between timed steps, picks what the host argmax
+    // picked over the same kernels' copied logits.
+    for (int every : {0, 5}) {
+        EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every), exact.tokens) << "instrumentEvery " << every;
+    }
     const Generation matvecOnly = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0);
     compare(matvecOnly, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(matvec prefill) vs cpu", 1e-3);
     // The runs above use the default programmatic dependent launch of the decode kernels (sm_90+;
@@ -165,9 +188,13 @@ TEST(CudaGraph, DecodeGraphPassesItsSelfCheck) {
     request.promptTokens = 20;
     request.decodeTokens = 40;  // crosses the 16-token sliding window: rings wrap under the graph
     request.instrumented = false;
-    auto result = (*engine)->benchmarkDecode(request, {});
-    ASSERT_TRUE(result) << result.status().message();
+    for (bool host : {true, false}) {  // the step graph, then the greedy chain's graph
+        request.hostSampling = host;
+        auto result = (*engine)->benchmarkDecode(request, {});
+        ASSERT_TRUE(result) << result.status().message();
+    }
     EXPECT_NE((*engine)->info().backend.find("graph on (self-check passed"), std::string::npos) << (*engine)->info().backend;
+    EXPECT_NE((*engine)->info().backend.find("greedy chain on (self-check passed"), std::string::npos) << (*engine)->info().backend;
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaParity, ::testing::ValuesIn(goldenModels()),

@@ -82,6 +82,46 @@ TEST_F(EngineFixture, GreedyIsDeterministicAndSeededSamplingRepeats) {
     EXPECT_EQ(c->tokens, d->tokens);
 }
 
+// Greedy choices without logits wanted go through Backend::decodeGreedy between the timed steps;
+// the ids, the stop reasons and which steps are timed must not depend on how the steps are split.
+TEST_F(EngineFixture, GreedyChainMatchesTheHostPathAndTimesEveryNthStep) {
+    std::vector<std::vector<std::int32_t>> runs;
+    for (int every : {1, 0, 5}) {
+        auto request = rawRequest(12);
+        request.instrumentEvery = every;
+        std::vector<bool> timed;
+        auto stats = engine_->generate(request, [&](const gemma::TokenEvent& event) {
+            timed.push_back(event.step.instrumented);
+            EXPECT_GE(event.step.wallMs, 0.0);
+            return true;
+        });
+        ASSERT_TRUE(stats) << stats.status().message();
+        EXPECT_EQ(stats->generatedTokens, 12);
+        EXPECT_EQ(stats->stopReason, gemma::StopReason::MaxTokens);
+        ASSERT_EQ(timed.size(), 12u);
+        for (std::size_t i = 0; i < timed.size(); ++i) {
+            // Event 0 is the prefill's (always timed); event i > 0 is decode step i − 1.
+            const bool want = i == 0 || (every > 0 && (i - 1) % static_cast<std::size_t>(every) == 0);
+            EXPECT_EQ(timed[i], want) << "every " << every << ", event " << i;
+        }
+        runs.push_back(stats->tokens);
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+    EXPECT_EQ(runs[0], runs[2]);
+
+    // A full context stops both paths after the same token: a 250-token prompt in 256 slots runs
+    // decode steps at positions 250..255, so 7 ids come back.
+    for (int every : {1, 0, 4}) {
+        auto request = rawRequest(50);
+        request.rawTokens.assign(250, 7);
+        request.instrumentEvery = every;
+        auto stats = engine_->generate(request, {});
+        ASSERT_TRUE(stats) << stats.status().message();
+        EXPECT_EQ(stats->stopReason, gemma::StopReason::ContextFull) << "every " << every;
+        EXPECT_EQ(stats->generatedTokens, 7) << "every " << every;
+    }
+}
+
 TEST_F(EngineFixture, BenchmarkDecodeRestoresTheAllocation) {
     gemma::DecodeBenchmarkRequest request;
     request.contextAllocation = 128;
@@ -92,6 +132,16 @@ TEST_F(EngineFixture, BenchmarkDecodeRestoresTheAllocation) {
     EXPECT_EQ(result->steps.size(), 5u);
     EXPECT_GT(result->tokensPerSecond, 0.0);
     for (const auto& step : result->steps) EXPECT_GT(step.bucketMs[static_cast<int>(gemma::Bucket::Fp4Matvec)], 0.0);
+    // Plain runs: the greedy chain, and the host-sampling path.
+    for (bool host : {false, true}) {
+        request.instrumented = false;
+        request.hostSampling = host;
+        auto plain = engine_->benchmarkDecode(request, {});
+        ASSERT_TRUE(plain) << plain.status().message();
+        EXPECT_EQ(plain->steps.size(), 5u);
+        EXPECT_GT(plain->tokensPerSecond, 0.0);
+        for (const auto& step : plain->steps) EXPECT_FALSE(step.instrumented);
+    }
     request.contextAllocation = 8;  // positions do not fit
     EXPECT_EQ(engine_->benchmarkDecode(request, {}).status().code(), gemma::ErrorCode::InvalidArgument);
     // The engine's own allocation (256) is back: a 200-token prompt still fits.

@@ -787,3 +787,17 @@ TEST(SamplerLargeVocab, GemmaSizedRowMatchesReference) {
 
 }  // namespace
 }  // namespace gemma
+
+TEST(SamplerPlainArgmax, OnlyValidGreedyWithoutPenalty) {
+    gemma::SamplingParams p;
+    EXPECT_FALSE(gemma::Sampler::isPlainArgmax(p));  // the defaults sample
+    p.greedy = true;
+    EXPECT_TRUE(gemma::Sampler::isPlainArgmax(p));
+    p.repeatPenalty = 1.1f;
+    EXPECT_FALSE(gemma::Sampler::isPlainArgmax(p));
+    p = gemma::SamplingParams{};
+    p.temperature = 0.0f;
+    EXPECT_TRUE(gemma::Sampler::isPlainArgmax(p));
+    p.topP = 0.0f;  // invalid: create() refuses it, so nothing may bypass the sampler
+    EXPECT_FALSE(gemma::Sampler::isPlainArgmax(p));
+}

@@ -215,6 +215,28 @@ void argmaxCase(std::int64_t n, int rows, std::mt19937_64& rng, Report& report) 
     std::snprintf(name, sizeof name, "argmax n%lld b%d (ties, NaNs, 3 launches)",
                   static_cast<long long>(n), rows);
     report.addCheck(name, ok, "");
+    if (rows != 1) return;
+
+    // Greedy feedback: three launches from position 5 into a 4-entry history must fill entries
+    // 5 % 4, 6 % 4, 7 % 4 with the id, leave entry 4 % 4 alone and leave the position at 8.
+    constexpr int kHistory = 4;
+    const std::vector<int> before = {-7, -7, -7, -7};
+    DeviceBuffer<int> history(kHistory), position(1);
+    history.upload(before);
+    position.upload(std::vector<int>{5});
+    p.position = position.ptr;
+    p.history = history.ptr;
+    p.historySize = kHistory;
+    for (int rep = 0; rep < 3; ++rep) HCHECK_STATUS(gc::launchArgmax(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    const std::vector<int> h = history.download();
+    const int next = position.download()[0];
+    const bool fed = h[1] == want[0] && h[2] == want[0] && h[3] == want[0] && h[0] == -7 && next == 8;
+    std::snprintf(name, sizeof name, "argmax n%lld feedback (history and position, 3 launches)", static_cast<long long>(n));
+    report.addCheck(name, fed, "history " + std::to_string(h[0]) + " " + std::to_string(h[1]) + " " + std::to_string(h[2]) + " " +
+                                   std::to_string(h[3]) + ", position " + std::to_string(next));
+    p.history = nullptr;  // a position without a history is refused
+    report.addCheck("argmax feedback without history refused", gc::launchArgmax(p, nullptr) == gc::KernelStatus::InvalidArgument, "");
 }
 
 }  // namespace

@@ -65,6 +65,13 @@ struct GenerationRequest {
     // Optional: receives the logits row (vocab floats) of every prompt position and every
     // generated token, in order. Used by parity tests and --dump-logits.
     std::function<void(std::int32_t position, const float* logits, std::int32_t vocab)> onLogits;
+    // Decode steps whose buckets are timed: every Nth after the prefill (the first among them);
+    // 1 = every step, 0 = none (the prefill step is always timed). A timed step launches its
+    // kernels one by one with an event pair around each (on the H200 ≈ 30 % slower than a graph
+    // replay, docs/PERFORMANCE.md); the others replay the CUDA graph and report wall time only
+    // (StepStats::instrumented false). Greedy choices with no repetition penalty and no onLogits
+    // are made on the GPU between the timed steps (no logits copied to the host).
+    int instrumentEvery = 16;
 };
 
 struct TokenEvent {
@@ -156,6 +163,9 @@ struct DecodeBenchmarkRequest {
     int promptTokens = 100;   // context filled by a real prefill before the timed decode
     int decodeTokens = 128;
     bool instrumented = true;  // time each bucket (costs some speed; false gives plain tok/s)
+    // Plain runs: copy each step's logits and choose on the host (the path sampling with a
+    // temperature takes) instead of the device-side greedy chain (Backend::decodeGreedy).
+    bool hostSampling = false;
 };
 struct DecodeBenchmarkResult {
     int contextAllocation = 0;

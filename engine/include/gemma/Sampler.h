@@ -65,6 +65,11 @@ public:
     // If every entry is NaN or -inf the result is 0; an empty span gives -1.
     static std::int32_t argmax(std::span<const float> logits);
 
+    // Whether sample() is exactly argmax(logits) for these parameters whatever the history: valid,
+    // greedy (or temperature 0) and no repetition penalty. Such choices can be made where the
+    // logits are (Backend::decodeGreedy).
+    static bool isPlainArgmax(const SamplingParams& params);
+
 private:
     struct Candidate {
         double weight;  // exp((logit - max) / temperature), unnormalised
