@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
          {"no-pdl", false, "GPU: launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
          {"fp16-matvec", false, "GPU: FP4 matvecs take x as fp16 hi + lo instead of integers (the earlier form)"},
          {"row-layout", false, "GPU: keep the FP4 weights in the package's row layout instead of the tiled layout"},
+         {"separate-attention", false, "GPU: run a decode step's attention as three launches instead of one fused launch"},
          {"quiet", false, "do not print statistics to stderr"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     if (!cli.positional().empty()) return fail("unexpected argument '" + cli.positional().front() + "' (see --help)");
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
     if (cli.has("no-pdl")) options.programmaticLaunch = false;
     if (cli.has("fp16-matvec")) options.integerMatvec = false;
     if (cli.has("row-layout")) options.tiledWeights = false;
+    if (cli.has("separate-attention")) options.fusedAttention = false;
 
     std::filesystem::path model = cli.value("model").value_or("");
     if (model.empty()) model = gemma::cli::defaultModelPath();

@@ -169,11 +169,11 @@ struct DeviceCache {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(const Package& package, const ModelWeights& weights, kc::KvDtype kvDtype, bool cudaGraph, int prefillGemmMinRows,
-                bool programmaticLaunch, bool integerMatvec, bool tiledWeights)
-        : package_(package), config_(package.config()), weights_(weights), kvDtype_(kvDtype), graphWanted_(cudaGraph),
-          gemmMinRows_(prefillGemmMinRows), programmaticLaunch_(programmaticLaunch), integerMatvec_(integerMatvec),
-          tiledWeights_(tiledWeights) {}
+    CudaBackend(const Package& package, const ModelWeights& weights, const OpenOptions& options)
+        : package_(package), config_(package.config()), weights_(weights),
+          kvDtype_(options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16), graphWanted_(options.cudaGraph),
+          gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
+          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -250,6 +250,7 @@ public:
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
+               (fusedAttention_ ? "" : ", separate attention kernels") +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) + ")";
@@ -582,7 +583,8 @@ private:
         std::size_t bytes = 16;
         for (int l = 0; l < config_.numLayers; ++l)
             for (int rows : {1, kChunk, chunkRows_}) bytes = std::max(bytes, kc::attentionDecodeWorkspaceBytes(attentionParams(l, rows)));
-        if (bytes > attentionWorkspace_.bytes()) GEMMA_RETURN_IF_ERROR(attentionWorkspace_.allocate(bytes, "attention workspace"));
+        // Zeroed: its first 1 KB are the fused merge's counters (AttentionDecodeParams::workspace).
+        if (bytes > attentionWorkspace_.bytes()) GEMMA_RETURN_IF_ERROR(attentionWorkspace_.allocateZeroed(bytes, "attention workspace"));
         return Status::ok();
     }
 
@@ -1035,6 +1037,65 @@ private:
         return kernelError(kc::launchPleCombine(combine, stream_), "PLE combine");
     }
 
+    // q/k/v norm + RoPE + cache write of layer l (q in place).
+    kc::QkvNormRopeParams normRopeParams(int l, int rows) const {
+        const auto& c = config_;
+        const auto& g = c.layers[l];
+        const auto& w = layers_[l];
+        kc::QkvNormRopeParams p;
+        p.q = query_.as<float>();
+        p.qOut = query_.as<float>();
+        p.qStride = qWidth_;
+        if (!g.kvShared) {
+            p.k = key_.as<float>();
+            p.v = g.hasValueProjection ? value_.as<float>() : key_.as<float>();
+            p.kNormWeight = w.kNorm;
+            p.kCache = caches_[l].keys.as<void>();
+            p.vCache = caches_[l].values.as<void>();
+            p.capacity = caches_[l].capacity;
+        }
+        p.kvStride = kvWidth_;
+        p.qNormWeight = w.qNorm;
+        p.invFreq = w.inverseFrequency;
+        p.rotatedPairs = g.ropeRotatedPairs;
+        p.positions = positions_.as<int>();
+        p.kvDtype = kvDtype_;
+        p.qHeads = c.numHeads;
+        p.kvHeads = g.kvHeads;
+        p.headDim = g.headDim;
+        p.rows = rows;
+        p.eps = c.rmsNormEps;
+        p.programmaticLaunch = programmaticLaunch_;
+        return p;
+    }
+
+    // Attention of layer l over normed, rotated q and the cache.
+    Status attention(int l, int rows) {
+        if (rows > 1 && gemmMinRows_ > 0 && rows >= gemmMinRows_) {
+            // Prefill chunk: flash attention on tensor cores (fp16 operands, fp32 softmax and
+            // accumulation), all rows of the chunk in one launch.
+            const kc::AttentionDecodeParams d = attentionParams(l, rows);
+            kc::AttentionPrefillParams p;
+            p.q = d.q;
+            p.qStride = d.qStride;
+            p.kCache = d.kCache;
+            p.vCache = d.vCache;
+            p.kvDtype = d.kvDtype;
+            p.capacity = d.capacity;
+            p.qHeads = d.qHeads;
+            p.kvHeads = d.kvHeads;
+            p.headDim = d.headDim;
+            p.positions = d.positions;
+            p.rows = rows;
+            p.window = d.window;
+            p.scale = d.scale;
+            p.out = d.out;
+            p.outStride = d.outStride;
+            return kernelError(kc::launchAttentionPrefill(p, stream_), "prefill attention");
+        }
+        return kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention");
+    }
+
     Status runLayer(int l, int rows, StepStats* stats) {
         const auto& c = config_;
         const auto& g = c.layers[l];
@@ -1052,58 +1113,20 @@ private:
         GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
         {
             Timed timed(*this, stats, Bucket::Attention);
-            kc::QkvNormRopeParams p;
-            p.q = query_.as<float>();
-            p.qOut = query_.as<float>();
-            p.qStride = qWidth_;
-            if (!g.kvShared) {
-                p.k = key_.as<float>();
-                p.v = g.hasValueProjection ? value_.as<float>() : key_.as<float>();
-                p.kNormWeight = w.kNorm;
-                p.kCache = caches_[l].keys.as<void>();
-                p.vCache = caches_[l].values.as<void>();
-                p.capacity = caches_[l].capacity;
-            }
-            p.kvStride = kvWidth_;
-            p.qNormWeight = w.qNorm;
-            p.invFreq = w.inverseFrequency;
-            p.rotatedPairs = g.ropeRotatedPairs;
-            p.positions = positions_.as<int>();
-            p.kvDtype = kvDtype_;
-            p.qHeads = c.numHeads;
-            p.kvHeads = g.kvHeads;
-            p.headDim = g.headDim;
-            p.rows = rows;
-            p.eps = c.rmsNormEps;
-            p.programmaticLaunch = programmaticLaunch_;
-            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(p, stream_), "q/k/v norm + RoPE"));
-        }
-        {
-            Timed timed(*this, stats, Bucket::Attention);
-            if (rows > 1 && gemmMinRows_ > 0 && rows >= gemmMinRows_) {
-                // Prefill chunk: flash attention on tensor cores (fp16 operands, fp32 softmax and
-                // accumulation), all rows of the chunk in one launch.
-                const kc::AttentionDecodeParams d = attentionParams(l, rows);
-                kc::AttentionPrefillParams p;
-                p.q = d.q;
-                p.qStride = d.qStride;
-                p.kCache = d.kCache;
-                p.vCache = d.vCache;
-                p.kvDtype = d.kvDtype;
-                p.capacity = d.capacity;
-                p.qHeads = d.qHeads;
-                p.kvHeads = d.kvHeads;
-                p.headDim = d.headDim;
-                p.positions = d.positions;
-                p.rows = rows;
-                p.window = d.window;
-                p.scale = d.scale;
-                p.out = d.out;
-                p.outStride = d.outStride;
-                GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionPrefill(p, stream_), "prefill attention"));
+            if (rows == 1 && fusedAttention_) {
+                // One launch: norm + RoPE + cache write, split and merge (AttentionDecode.cu, "Fusions").
+                kc::AttentionDecodeParams d = attentionParams(l, rows);
+                d.fuseNormRope = true;
+                d.normRope = normRopeParams(l, rows);
+                d.fuseMerge = true;
+                GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
-                GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention"));
+                GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(normRopeParams(l, rows), stream_), "q/k/v norm + RoPE"));
             }
+        }
+        if (rows > 1 || !fusedAttention_) {
+            Timed timed(*this, stats, Bucket::Attention);
+            GEMMA_RETURN_IF_ERROR(attention(l, rows));
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
@@ -1157,6 +1180,7 @@ private:
     bool programmaticLaunch_ = false;
     bool integerMatvec_ = true;
     bool tiledWeights_ = true;
+    bool fusedAttention_ = true;
     int untiledWeights_ = 0;  // FP4 weights tileWeights left in rows (name() says so)
     int chunkRows_ = kChunk;
     std::unique_ptr<CublasLt> blas_;
@@ -1185,10 +1209,7 @@ private:
 
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
                                                   const OpenOptions& options) {
-    auto backend = std::make_unique<CudaBackend>(package, weights,
-                                                 options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16,
-                                                 options.cudaGraph, options.prefillGemmMinRows, options.programmaticLaunch,
-                                                 options.integerMatvec, options.tiledWeights);
+    auto backend = std::make_unique<CudaBackend>(package, weights, options);
     GEMMA_RETURN_IF_ERROR(backend->initialize(allocation));
     return std::unique_ptr<Backend>(std::move(backend));
 }

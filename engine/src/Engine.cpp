@@ -296,6 +296,7 @@ public:
             const double decodeOnly = stats.decodeMs - (stats.timeToFirstTokenMs - stats.prefillMs);
             stats.decodeTokensPerSecond = decodeOnly > 0.0 ? (stats.generatedTokens - 1) * 1000.0 / decodeOnly : 0.0;
         }
+        info_.backend = backend_->name();  // e.g. whether the decode graphs passed their self-checks
         return stats;
     }
 

@@ -19,6 +19,17 @@
 // Scores: thread items (4 heads × 1 key) × S dim-slices reduced by shuffles; PV: each thread owns
 // 8 consecutive dims of up to 8 heads.
 //
+// Fusions (one decode row, AttentionDecodeParams::fuseNormRope / fuseMerge), so that a layer's
+// attention is one launch instead of three (q/k/v norm + RoPE, split, merge; docs/PERFORMANCE.md
+// version 6): with fuseNormRope every split block normalises and rotates its group's g query heads
+// from the raw projection into its shared q (one warp per head, HeadNormRope.h: the same bits as
+// NormRopeCache.cu), and the block whose piece ends at the query's position first normalises and
+// rotates that position's K and normalises its V (warps 0 and 1), writes both into the cache slot
+// and fences before its tile loads read the slot; no other block reads that slot (for a ring it
+// held a position outside every piece). With fuseMerge each block, after writing its partials,
+// fences and counts itself in on a per-(row, kv head) counter; the last one merges the group's g
+// heads (the merge kernel's code and thread mapping, the same bits) and resets the counter.
+//
 // Layouts: q/out [rows][stride] fp32, head h at h·headDim; caches [capacity][kvHeads][headDim]
 // (fp32 or bf16 bits), row r's cache at r·cacheBatchStride elements.
 // Preconditions (checked): headDim ∈ {32, 64, 128, 256, 512} (32 and 64: the tiny test and demo
@@ -32,6 +43,7 @@
 #include <cmath>
 
 #include "CudaCommon.h"
+#include "HeadNormRope.h"
 
 namespace gemma::cuda {
 namespace attndetail {
@@ -40,6 +52,8 @@ constexpr int kThreads = 128;
 constexpr int kTileKBytes = 8192;
 constexpr int kMaxHeadsPerThread = 8;
 constexpr int kMaxSplits = 256;
+constexpr std::size_t kCounterBytes = 1024;  // merge counters at the workspace's start
+constexpr int kMaxCounters = static_cast<int>(kCounterBytes / sizeof(int));
 
 template <int D, typename KvT>
 struct Shape {
@@ -80,11 +94,60 @@ __device__ __forceinline__ void load8(const unsigned char* row, int piece, float
     }
 }
 
+// Merges query head h of `row` from its splits' partials into out. Every thread of the block
+// calls it (block-wide barriers). Partials are read through L2 (__ldcg): in the fused form other
+// blocks of the same launch wrote them.
+__device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const float* __restrict__ partML, int splits,
+                                          int qHeads, int headDim, int h, int row, float* __restrict__ out,
+                                          std::int64_t outStride) {
+    // Latency-bound (a decode step merges a few dozen splits per head): every split's (m, l) is
+    // read by its own thread, the maximum is a block reduction, and the O sum keeps four
+    // independent accumulators so four partial loads are in flight per thread. (The first
+    // version walked the splits serially in every thread: ~8 µs per launch on an H200.)
+    __shared__ float weights[kMaxSplits];
+    __shared__ float scratch[32];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const std::int64_t base = (static_cast<std::int64_t>(row) * qHeads + h) * splits;
+    float mLocal = -INFINITY;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) mLocal = fmaxf(mLocal, __ldcg(partML + (base + s) * 2));
+    mLocal = warpMax(mLocal);
+    if (lane == 0) scratch[warp] = mLocal;
+    __syncthreads();
+    float mMax = -INFINITY;
+    for (int w = 0; w < (kThreads >> 5); ++w) mMax = fmaxf(mMax, scratch[w]);
+    float lPart = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        // An empty split has m = -inf: exp(-inf) = 0. All splits empty cannot happen (position p
+        // itself is always in the band).
+        const float w = expf(__ldcg(partML + (base + s) * 2) - mMax);
+        weights[s] = w;
+        lPart += w * __ldcg(partML + (base + s) * 2 + 1);
+    }
+    const float l = blockSum(lPart, scratch);  // its barriers also publish `weights`
+    const float invL = 1.0f / l;
+    const float* o = partO + base * headDim;
+    for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int s = 0;
+        for (; s + 4 <= splits; s += 4) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                acc[u] = fmaf(weights[s + u], __ldcg(o + static_cast<std::int64_t>(s + u) * headDim + d), acc[u]);
+        }
+        for (; s < splits; ++s) acc[0] = fmaf(weights[s], __ldcg(o + static_cast<std::int64_t>(s) * headDim + d), acc[0]);
+        out[row * outStride + static_cast<std::int64_t>(h) * headDim + d] =
+            ((acc[0] + acc[1]) + (acc[2] + acc[3])) * invL;
+    }
+    __syncthreads();  // weights and scratch are reused by the next head
+}
+
 // ---- kernels -----------------------------------------------------------------------------------------
 template <int D, typename KvT>
 __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecodeParams p,
                                                                   float* __restrict__ partO,
-                                                                  float* __restrict__ partML) {
+                                                                  float* __restrict__ partML,
+                                                                  int* __restrict__ counters) {
     using Sh = Shape<D, KvT>;
     constexpr int T = Sh::kTile;
     extern __shared__ float4 smemRaw[];
@@ -121,6 +184,26 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
     const unsigned char* vBase = static_cast<const unsigned char*>(p.vCache) +
                                  (row * p.cacheBatchStride + static_cast<std::int64_t>(kvh) * D) * Sh::kElemBytes;
     const std::int64_t slotBytes = static_cast<std::int64_t>(p.kvHeads) * Sh::kRowBytes;
+    constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
+    const int warp = tid >> 5;
+
+    // Fused norm + RoPE, this step's K and V: written by the block whose piece holds the query's
+    // position, before any of its loads can read that slot (block-uniform branch).
+    if (p.fuseNormRope && p.normRope.k && len - 1 >= bs && len - 1 < be) {
+        const QkvNormRopeParams& r = p.normRope;
+        if (warp < 2) {
+            const bool key = warp == 0;
+            const float* src = (key ? r.k : r.v) + static_cast<std::int64_t>(kvh) * D;
+            float a[kPairs], b[kPairs];
+            headNormRope(src, key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, key, static_cast<int>(len - 1), D,
+                         r.eps, a, b);
+            void* cache = key ? r.kCache : r.vCache;
+            const std::int64_t at = ((len - 1) % p.capacity * p.kvHeads + kvh) * D;
+            storeHead(D, a, b, [&](int j, float v) { storeKv(cache, p.kvDtype, at + j, v); });
+            __threadfence();  // the stores reach L2, where the cp.async tile loads read
+        }
+        __syncthreads();
+    }
 
     auto issueTile = [&](int tile, int stage) {
         unsigned char* kDst = smem + stage * Sh::kStageBytes;
@@ -140,10 +223,20 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
 
     if (nTiles > 0) issueTile(0, 0);
 
-    // Stage q of this kv head's group; init running stats.
+    // Stage q of this kv head's group (fused: normalised and rotated here, one warp per head);
+    // init running stats.
     const float* qGroup = p.q + row * p.qStride + static_cast<std::int64_t>(kvh) * g * D;
-    for (int i = tid; i < g * D / 4; i += kThreads)
-        reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(qGroup)[i];
+    if (p.fuseNormRope) {
+        const QkvNormRopeParams& r = p.normRope;
+        for (int h = warp; h < g; h += kThreads / 32) {
+            float a[kPairs], b[kPairs];
+            headNormRope(qGroup + h * D, r.qNormWeight, r.invFreq, r.rotatedPairs, true, static_cast<int>(len - 1), D, r.eps, a, b);
+            storeHead(D, a, b, [&](int j, float v) { qs[h * D + j] = v; });
+        }
+    } else {
+        for (int i = tid; i < g * D / 4; i += kThreads)
+            reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(qGroup)[i];
+    }
     for (int h = tid; h < g; h += kThreads) {
         mRow[h] = -INFINITY;
         lRow[h] = 0.0f;
@@ -284,54 +377,27 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
             }
         }
     }
+    if (!p.fuseMerge) return;
+
+    // Fused merge: the last block of this (row, kv head) to arrive merges the group's heads.
+    __shared__ bool isLast;
+    __threadfence();  // this block's partials reach L2 before it is counted
+    __syncthreads();
+    int* counter = counters + row * p.kvHeads + kvh;
+    if (tid == 0) isLast = atomicAdd(counter, 1) == splits - 1;
+    __syncthreads();
+    if (!isLast) return;
+    __threadfence();
+    for (int h = 0; h < g; ++h) mergeHead(partO, partML, splits, p.qHeads, D, kvh * g + h, row, p.out, p.outStride);
+    if (tid == 0) *counter = 0;
 }
 
 __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
     const float* __restrict__ partO, const float* __restrict__ partML, int splits, int qHeads,
     int headDim, float* __restrict__ out, std::int64_t outStride) {
-    // Latency-bound (a decode step merges a few dozen splits per head): every split's (m, l) is
-    // read by its own thread, the maximum is a block reduction, and the O sum keeps four
-    // independent accumulators so four partial loads are in flight per thread. (The first
-    // version walked the splits serially in every thread: ~8 µs per launch on an H200.)
-    __shared__ float weights[kMaxSplits];
-    __shared__ float scratch[32];
     gridDependencyWait();      // the partials come from the split kernel (PDL)
     allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
-    const int h = blockIdx.x;
-    const int row = blockIdx.y;
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const std::int64_t base = (static_cast<std::int64_t>(row) * qHeads + h) * splits;
-    float mLocal = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) mLocal = fmaxf(mLocal, partML[(base + s) * 2]);
-    mLocal = warpMax(mLocal);
-    if (lane == 0) scratch[warp] = mLocal;
-    __syncthreads();
-    float mMax = -INFINITY;
-    for (int w = 0; w < (kThreads >> 5); ++w) mMax = fmaxf(mMax, scratch[w]);
-    float lPart = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-        // An empty split has m = -inf: exp(-inf) = 0. All splits empty cannot happen (position p
-        // itself is always in the band).
-        const float w = expf(partML[(base + s) * 2] - mMax);
-        weights[s] = w;
-        lPart += w * partML[(base + s) * 2 + 1];
-    }
-    const float l = blockSum(lPart, scratch);  // its barriers also publish `weights`
-    const float invL = 1.0f / l;
-    const float* o = partO + base * headDim;
-    for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        int s = 0;
-        for (; s + 4 <= splits; s += 4) {
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                acc[u] = fmaf(weights[s + u], o[static_cast<std::int64_t>(s + u) * headDim + d], acc[u]);
-        }
-        for (; s < splits; ++s) acc[0] = fmaf(weights[s], o[static_cast<std::int64_t>(s) * headDim + d], acc[0]);
-        out[row * outStride + static_cast<std::int64_t>(h) * headDim + d] =
-            ((acc[0] + acc[1]) + (acc[2] + acc[3])) * invL;
-    }
+    mergeHead(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride);
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
@@ -367,13 +433,14 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
         raisedDevice = device;
         raisedBytes = smem;
     }
-    float* partO = static_cast<float*>(p.workspace);
+    int* counters = static_cast<int*>(p.workspace);
+    float* partO = reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + kCounterBytes);
     float* partML = partO + static_cast<std::size_t>(p.rows) * p.qHeads * splits * D;
     const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.kvHeads),
                     static_cast<unsigned>(p.rows));
     const cudaError_t err = launchKernel(attentionSplitKernel<D, KvT>, grid, dim3(kThreads), smem, stream,
-                                         p.programmaticLaunch, p, partO, partML);
-    if (err != cudaSuccess) return err;
+                                         p.programmaticLaunch, p, partO, partML, counters);
+    if (err != cudaSuccess || p.fuseMerge) return err;
     const dim3 mergeGrid(static_cast<unsigned>(p.qHeads), static_cast<unsigned>(p.rows));
     return launchKernel(attentionMergeKernel, mergeGrid, dim3(kThreads), 0, stream, p.programmaticLaunch, partO, partML,
                         splits, p.qHeads, D, p.out, p.outStride);
@@ -390,8 +457,8 @@ int attentionDecodeSplits(const AttentionDecodeParams& p) {
 std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& p) {
     const int splits = attentionDecodeSplits(p);
     if (splits <= 0 || p.rows < 1 || p.qHeads < 1 || p.headDim < 1) return 0;
-    return sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits *
-           (static_cast<std::size_t>(p.headDim) + 2);
+    return attndetail::kCounterBytes + sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits *
+                                           (static_cast<std::size_t>(p.headDim) + 2);
 }
 
 KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t stream) {
@@ -418,9 +485,18 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
         return KernelStatus::Unsupported;
     const int splits = chooseSplits(p, facts.smCount);
-    const std::size_t need = sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits *
-                             (static_cast<std::size_t>(p.headDim) + 2);
-    if (p.workspaceBytes < need) return KernelStatus::InvalidArgument;
+    if (p.workspaceBytes < attentionDecodeWorkspaceBytes(p)) return KernelStatus::InvalidArgument;
+    if ((p.fuseNormRope || p.fuseMerge) && (p.rows != 1 || p.kvHeads > kMaxCounters)) return KernelStatus::InvalidArgument;
+    if (p.fuseNormRope) {
+        const QkvNormRopeParams& r = p.normRope;
+        if (r.q != p.q || !r.qNormWeight || r.positions != p.positions || r.qHeads != p.qHeads || r.headDim != p.headDim ||
+            r.rows != 1 || r.qStride != p.qStride || r.rotatedPairs < 0 || r.rotatedPairs > p.headDim / 2 ||
+            (r.rotatedPairs > 0 && !r.invFreq))
+            return KernelStatus::InvalidArgument;
+        if (r.k && (!r.v || !r.kNormWeight || r.kCache != p.kCache || r.vCache != p.vCache || r.kvDtype != p.kvDtype ||
+                    r.capacity != p.capacity || r.kvHeads != p.kvHeads || r.cacheBatchStride != p.cacheBatchStride))
+            return KernelStatus::InvalidArgument;
+    }
     cudaError_t err;
     const bool bf16 = p.kvDtype == KvDtype::BF16;
     switch (p.headDim) {

@@ -8,6 +8,7 @@
 
 #include "KernelStatus.h"
 #include "KvCache.h"
+#include "NormRopeCache.h"
 
 namespace gemma::cuda {
 
@@ -35,19 +36,34 @@ struct AttentionDecodeParams {
     float* out = nullptr;  // [rows][outStride] fp32 = qHeads × headDim
     std::int64_t outStride = 0;
     int rows = 1;
-    // Scratch for the (O, m, l) partials: attentionDecodeWorkspaceBytes() bytes, 16-byte aligned.
+    // Scratch: attentionDecodeWorkspaceBytes() bytes, 16-byte aligned: 1 KB of merge counters
+    // (fuseMerge; zero before the first launch, every launch leaves them zero), then the (O, m, l)
+    // partials.
     void* workspace = nullptr;
     std::size_t workspaceBytes = 0;
     int splits = 0;  // key-sequence splits per (row, kv head); 0 = choose from the device
     // sm_90+: programmatic dependent launch of both kernels (each may start during the kernel
     // before it and waits for it before its first global access). Ignored elsewhere.
     bool programmaticLaunch = false;
+
+    // Fusions for one decode row (rows == 1), each optional (AttentionDecode.cu, "Fusions"):
+    // fuseNormRope: launchQkvNormRope's work runs inside the split kernel. q is then the raw
+    // projection (normRope.q must equal it; normRope.qOut is not written); every block normalises
+    // and rotates its group's query heads into shared memory, and the block whose piece holds the
+    // query's position writes that position's K and V (normRope.k null: a KV-shared layer,
+    // nothing written) before it reads the cache. normRope's caches, dtype, capacity, heads, head
+    // dim and positions must be this launch's.
+    bool fuseNormRope = false;
+    QkvNormRopeParams normRope;
+    // fuseMerge: the last split block of each kv head to finish merges its group's partials into
+    // out: one launch instead of two (at most 256 kv heads).
+    bool fuseMerge = false;
 };
 
 // Splits the launcher will use for these parameters (depends on the device's SM count).
 int attentionDecodeSplits(const AttentionDecodeParams& params);
 std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& params);
-// Two launches: the split kernel (unnormalised partials), then the merge kernel.
+// Two launches: the split kernel (unnormalised partials), then the merge kernel; one with fuseMerge.
 KernelStatus launchAttentionDecode(const AttentionDecodeParams& params, cudaStream_t stream);
 
 }  // namespace gemma::cuda

@@ -17,23 +17,13 @@
 // Programmatic launch (sm_90+, when asked): every thread waits for the previous kernel first.
 #include "NormRopeCache.h"
 
-#include <kernels/WeightFormats.h>
-
 #include "CudaCommon.h"
+#include "HeadNormRope.h"
 
 namespace gemma::cuda {
 namespace qkvdetail {
 
 constexpr int kMaxPairsPerLane = 8;  // headDim 512
-
-// ---- device helpers ------------------------------------------------------------------------------
-__device__ __forceinline__ void storeKv(void* cache, KvDtype dtype, std::int64_t index, float v) {
-    if (dtype == KvDtype::F32) {
-        static_cast<float*>(cache)[index] = v;
-    } else {
-        static_cast<std::uint16_t*>(cache)[index] = formats::floatToBf16(v);
-    }
-}
 
 // ---- kernel ------------------------------------------------------------------------------------------
 __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
@@ -43,12 +33,9 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
     const std::int64_t task =
         static_cast<std::int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (task >= static_cast<std::int64_t>(tasksPerRow) * p.rows) return;
-    const int lane = threadIdx.x & 31;
     const int row = static_cast<int>(task / tasksPerRow);
     int head = static_cast<int>(task % tasksPerRow);
     const int d = p.headDim;
-    const int half = d / 2;
-    const int pairsPerLane = (half + 31) / 32;  // head dims below 64 leave upper lanes idle
 
     enum Kind { kQ, kK, kV } kind;
     const float* src;
@@ -68,69 +55,19 @@ __global__ void __launch_bounds__(128) qkvNormRopeKernel(QkvNormRopeParams p) {
         src = p.v + row * p.kvStride + static_cast<std::int64_t>(head) * d;
         weight = nullptr;
     }
-
-    // Every global read (the head, its norm weights, the position and the frequencies) is issued
-    // before the reduction: the kernel is a chain of latencies, not of work.
-    float a[kMaxPairsPerLane], b[kMaxPairsPerLane], wa[kMaxPairsPerLane], wb[kMaxPairsPerLane],
-        freq[kMaxPairsPerLane];
     const int pos = p.positions[row];
-    float ss = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kMaxPairsPerLane; ++t) {
-        if (t < pairsPerLane && lane + 32 * t < half) {
-            const int j = lane + 32 * t;
-            a[t] = src[j];
-            b[t] = src[j + half];
-            wa[t] = weight ? weight[j] : 1.0f;
-            wb[t] = weight ? weight[j + half] : 1.0f;
-            freq[t] = kind != kV && j < p.rotatedPairs ? p.invFreq[j] : 0.0f;
-            ss = fmaf(a[t], a[t], ss);
-            ss = fmaf(b[t], b[t], ss);
-        }
-    }
-    ss = warpSum(ss);
-    const float inv = rsqrtf(ss / static_cast<float>(d) + p.eps);
-#pragma unroll
-    for (int t = 0; t < kMaxPairsPerLane; ++t) {
-        if (t < pairsPerLane && lane + 32 * t < half) {
-            const int j = lane + 32 * t;
-            float x0 = a[t] * inv * wa[t];
-            float x1 = b[t] * inv * wb[t];
-            if (kind != kV && j < p.rotatedPairs) {
-                const float angle = freq[t] * static_cast<float>(pos);
-                float s, c;
-                sincosf(angle, &s, &c);
-                const float y0 = x0 * c - x1 * s;
-                const float y1 = x1 * c + x0 * s;
-                x0 = y0;
-                x1 = y1;
-            }
-            a[t] = x0;
-            b[t] = x1;
-        }
-    }
+    float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
+    headNormRope(src, weight, p.invFreq, p.rotatedPairs, kind != kV, pos, d, p.eps, a, b);
     if (kind == kQ) {
         float* dst = p.qOut + row * p.qStride + static_cast<std::int64_t>(head) * d;
-#pragma unroll
-        for (int t = 0; t < kMaxPairsPerLane; ++t) {
-            if (t < pairsPerLane && lane + 32 * t < half) {
-                dst[lane + 32 * t] = a[t];
-                dst[lane + 32 * t + half] = b[t];
-            }
-        }
+        storeHead(d, a, b, [&](int j, float v) { dst[j] = v; });
         return;
     }
     if (pos < 0) return;
     const std::int64_t slot = pos % p.capacity;
     const std::int64_t base = row * p.cacheBatchStride + (slot * p.kvHeads + head) * d;
     void* cache = kind == kK ? p.kCache : p.vCache;
-#pragma unroll
-    for (int t = 0; t < kMaxPairsPerLane; ++t) {
-        if (t < pairsPerLane && lane + 32 * t < half) {
-            storeKv(cache, p.kvDtype, base + lane + 32 * t, a[t]);
-            storeKv(cache, p.kvDtype, base + lane + 32 * t + half, b[t]);
-        }
-    }
+    storeHead(d, a, b, [&](int j, float v) { storeKv(cache, p.kvDtype, base + j, v); });
 }
 
 }  // namespace qkvdetail

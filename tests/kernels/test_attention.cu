@@ -7,8 +7,12 @@
 // - FP64 host reference over the same rounded cache values and fp32 q;
 // - parity oracle: a cuBLASLt pipeline QKᵀ → softmax → ·V over the same op instance;
 // - programmatic launch: q and the caches written by a delayed producer kernel (HarnessCommon.h
-//   Producer), both kernels launched programmatically after it, 10 rounds over three fixtures.
+//   Producer), both kernels launched programmatically after it, 10 rounds over three fixtures;
+// - the fused form (fuseNormRope + fuseMerge: one launch) against the separate launches
+//   (launchQkvNormRope, split, merge) on the same raw q/k/v: output and cache bit for bit, the
+//   current slot NaN before the fused launch, the raw q untouched, the merge counters back to zero.
 #include "../../kernels/cuda/AttentionDecode.cu"
+#include "../../kernels/cuda/NormRopeCache.cu"
 #include "HarnessCommon.h"
 
 using namespace harness;
@@ -212,6 +216,163 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     return ok;
 }
 
+
+// The fused attention of one decode row against launchQkvNormRope + split + merge.
+struct FusedFixture {
+    std::string name;
+    int qHeads, kvHeads, headDim;
+    int window;  // 0 = full layer
+    std::int64_t capacity;
+    gc::KvDtype dtype;
+    int position;
+    bool kvShared;  // q only: the cache is not written
+    int rotatedPairs;
+    int splits = 0;  // 0 = automatic
+};
+
+void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report) {
+    const int d = f.headDim;
+    const bool bf16 = f.dtype == gc::KvDtype::BF16;
+    const std::size_t eb = bf16 ? 2 : 4;
+    const std::int64_t slotElems = static_cast<std::int64_t>(f.kvHeads) * d;
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto randoms = [&](std::size_t n, float scale) {
+        std::vector<float> v(n);
+        for (auto& x : v) x = u(rng) * scale;
+        return v;
+    };
+    // Cache bytes: the live band before the current position random, everything else NaN (0xFF).
+    std::vector<std::uint8_t> cache(static_cast<std::size_t>(f.capacity * slotElems) * eb, 0xFF);
+    const std::int64_t len = f.position + 1;
+    std::int64_t start = 0;
+    if (f.window > 0) start = std::max<std::int64_t>(start, len - f.window);
+    start = std::max<std::int64_t>(start, len - f.capacity);
+    auto fillBand = [&](std::vector<std::uint8_t>& bytes, std::int64_t last) {
+        for (std::int64_t pos = start; pos <= last; ++pos) {
+            for (std::int64_t i = 0; i < slotElems; ++i) {
+                const std::size_t at = static_cast<std::size_t>(((pos % f.capacity) * slotElems + i)) * eb;
+                const float x = u(rng);
+                if (bf16) {
+                    const std::uint16_t b = gf::floatToBf16(x);
+                    std::memcpy(&bytes[at], &b, 2);
+                } else {
+                    std::memcpy(&bytes[at], &x, 4);
+                }
+            }
+        }
+    };
+    std::vector<std::uint8_t> kBytes = cache, vBytes = cache;
+    // A KV-shared layer reads the current position from the cache (its source layer wrote it).
+    fillBand(kBytes, f.kvShared ? len - 1 : len - 2);
+    fillBand(vBytes, f.kvShared ? len - 1 : len - 2);
+    const auto q = randoms(static_cast<std::size_t>(f.qHeads) * d, 3.0f);
+    const auto k = randoms(static_cast<std::size_t>(slotElems), 3.0f);
+    const auto v = randoms(static_cast<std::size_t>(slotElems), 3.0f);
+    const auto qw = randoms(static_cast<std::size_t>(d), 1.0f), kw = randoms(static_cast<std::size_t>(d), 1.0f);
+    std::vector<float> freq(static_cast<std::size_t>(d / 2));
+    for (int j = 0; j < d / 2; ++j) freq[static_cast<std::size_t>(j)] = std::pow(10000.0f, -2.0f * j / d);
+
+    DeviceBuffer<float> dq(q.size()), dk(k.size()), dv(v.size()), dqw(qw.size()), dkw(kw.size()), dfreq(freq.size()), dout(q.size());
+    DeviceBuffer<std::uint8_t> dkc(kBytes.size()), dvc(vBytes.size());
+    DeviceBuffer<int> dpos(1);
+    dk.upload(k);
+    dv.upload(v);
+    dqw.upload(qw);
+    dkw.upload(kw);
+    dfreq.upload(freq);
+    dpos.upload(std::vector<int>{f.position});
+
+    gc::QkvNormRopeParams r;
+    r.q = dq.ptr;
+    r.qOut = dq.ptr;
+    r.qStride = static_cast<std::int64_t>(f.qHeads) * d;
+    if (!f.kvShared) {
+        r.k = dk.ptr;
+        r.v = dv.ptr;
+        r.kNormWeight = dkw.ptr;
+        r.kCache = dkc.ptr;
+        r.vCache = dvc.ptr;
+        r.capacity = f.capacity;
+    }
+    r.kvStride = slotElems;
+    r.qNormWeight = dqw.ptr;
+    r.invFreq = dfreq.ptr;
+    r.rotatedPairs = f.rotatedPairs;
+    r.positions = dpos.ptr;
+    r.kvDtype = f.dtype;
+    r.qHeads = f.qHeads;
+    r.kvHeads = f.kvHeads;
+    r.headDim = d;
+    r.eps = 1e-6f;
+    r.programmaticLaunch = true;
+
+    gc::AttentionDecodeParams p;
+    p.q = dq.ptr;
+    p.qStride = r.qStride;
+    p.kCache = dkc.ptr;
+    p.vCache = dvc.ptr;
+    p.kvDtype = f.dtype;
+    p.capacity = f.capacity;
+    p.qHeads = f.qHeads;
+    p.kvHeads = f.kvHeads;
+    p.headDim = d;
+    p.positions = dpos.ptr;
+    p.window = f.window;
+    p.maxBand = f.window > 0 ? std::min<std::int64_t>(f.window, f.capacity) : f.capacity;
+    p.out = dout.ptr;
+    p.outStride = r.qStride;
+    p.splits = f.splits;
+    p.programmaticLaunch = true;
+    const std::size_t wsBytes = gc::attentionDecodeWorkspaceBytes(p);
+    DeviceBuffer<std::uint8_t> dws(wsBytes);
+    p.workspace = dws.ptr;
+    p.workspaceBytes = wsBytes;
+
+    // Separate launches.
+    dq.upload(q);
+    dkc.upload(kBytes);
+    dvc.upload(vBytes);
+    dws.poison();
+    dout.poison();
+    HCHECK_STATUS(gc::launchQkvNormRope(r, nullptr));
+    HCHECK_STATUS(gc::launchAttentionDecode(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    const auto wantOut = dout.download();
+    const auto wantK = dkc.download(), wantV = dvc.download();
+
+    // Fused, three launches (the counters must come back to zero each time).
+    dq.upload(q);
+    HCHECK(cudaMemset(dws.ptr, 0xFF, wsBytes));
+    HCHECK(cudaMemset(dws.ptr, 0, 1024));  // the counters start at zero (the backend zeroes them once)
+    p.fuseNormRope = true;
+    p.normRope = r;
+    p.fuseMerge = true;
+    bool same = true, cacheSame = true;
+    for (int launch = 0; launch < 3; ++launch) {
+        dkc.upload(kBytes);
+        dvc.upload(vBytes);
+        dout.poison();
+        HCHECK_STATUS(gc::launchAttentionDecode(p, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        const auto out = dout.download();
+        same &= std::memcmp(out.data(), wantOut.data(), out.size() * sizeof(float)) == 0;
+        cacheSame &= dkc.download() == wantK && dvc.download() == wantV;
+    }
+    const auto qAfter = dq.download();
+    const auto ws = dws.download();
+    bool countersZero = true;
+    for (std::size_t i = 0; i < 1024; ++i) countersZero &= ws[i] == 0;
+    report.addCheck("fused " + f.name + ": output bit-identical to norm+RoPE, split, merge", same, "");
+    report.addCheck("fused " + f.name + ": K/V cache bit-identical, raw q untouched, counters zero",
+                    cacheSame && qAfter == q && countersZero,
+                    std::string(cacheSame ? "" : "cache differs; ") + (qAfter == q ? "" : "q written; ") + (countersZero ? "" : "counters left"));
+    // Misuse is refused: two rows, or a normRope that does not describe this launch.
+    gc::AttentionDecodeParams bad = p;
+    bad.normRope.headDim = d * 2;
+    report.addCheck("fused " + f.name + ": mismatched normRope refused",
+                    gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument, "");
+}
+
 }  // namespace
 
 int main() {
@@ -282,6 +443,21 @@ int main() {
         runFixture(f, rng, report, nullptr, perf, producer);
     }
     if (lt) cublasLtDestroy(lt);
+    // The fused decode form: 12b sliding (GQA d256, ring wrap too) and full (MQA d512, partial
+    // RoPE) layers, a KV-shared layer, bf16, empty splits, one split, the small golden head dims.
+    const std::vector<FusedFixture> fused = {
+        {"12b sliding pos 150 f32", 16, 8, 256, 1024, 1055, F, 150, false, 128},
+        {"12b sliding ring wrap f32", 16, 8, 256, 1024, 1055, F, 5000, false, 128},
+        {"12b full pos 3000 f32", 16, 1, 512, 0, 4096, F, 3000, false, 64},
+        {"12b full len1 f32", 16, 1, 512, 0, 4096, F, 0, false, 64},
+        {"31b full bf16 32q/4kv", 32, 4, 512, 0, 8192, B, 100, false, 64},
+        {"e2b kv-shared sliding 8q/1kv", 8, 1, 256, 512, 543, F, 600, true, 128},
+        {"16 splits len20 (empty splits)", 16, 1, 512, 0, 4096, F, 19, false, 64, 16},
+        {"1 split", 16, 8, 256, 1024, 1055, B, 700, false, 128, 1},
+        {"demo d64 wrap", 8, 2, 64, 128, 159, F, 700, false, 32},
+        {"golden d32", 4, 2, 32, 16, 47, B, 40, false, 4},
+    };
+    for (const auto& f : fused) fusedCase(f, rng, report);
     std::printf("%zu fixtures\n", fx.size());
     if (!perf.empty()) {
         std::printf("\nattention timing (information only, split + merge, median of 30):\n");

@@ -97,7 +97,7 @@ struct GenerationStats {
 struct ModelInfo {
     std::string name;          // from the package (source folder name)
     std::string architecture;  // "gemma4_text"
-    std::string backend;       // "cpu (fp32 reference)" or the GPU's name
+    std::string backend;       // "cpu (fp32 reference)" or the GPU and its paths; refreshed after generate() and benchmarkDecode() (the decode graphs report their self-checks on first use)
     std::string quantization;  // "fp4-e2m1-g128 + fp8-e4m3 embedding" or "unquantized"
     int vocabSize = 0;
     int hiddenSize = 0;
@@ -143,6 +143,10 @@ struct OpenOptions {
     // (docs/PERFORMANCE.md version 5); same results bit for bit. false: the row layout
     // (comparisons).
     bool tiledWeights = true;
+    // CUDA: a decode step's attention per layer is one launch: the q/k/v norm + RoPE + KV-cache
+    // write and the split-K merge run inside the split kernel (AttentionDecode.cu, "Fusions"; same
+    // results bit for bit, docs/PERFORMANCE.md version 6). false: three launches (comparisons).
+    bool fusedAttention = true;
 };
 
 struct MemoryEstimate {
