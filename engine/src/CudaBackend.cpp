@@ -1037,6 +1037,12 @@ private:
         return kernelError(kc::launchPleCombine(combine, stream_), "PLE combine");
     }
 
+    // Whether layer l's attention runs as one fused launch: decode rows only, and small query
+    // groups (the fused merge is serial over the group's heads; kFusedAttentionMaxGroup).
+    bool fusedAttentionFor(int l, int rows) const {
+        return rows == 1 && fusedAttention_ && config_.numHeads / config_.layers[l].kvHeads <= kc::kFusedAttentionMaxGroup;
+    }
+
     // q/k/v norm + RoPE + cache write of layer l (q in place).
     kc::QkvNormRopeParams normRopeParams(int l, int rows) const {
         const auto& c = config_;
@@ -1113,7 +1119,7 @@ private:
         GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
         {
             Timed timed(*this, stats, Bucket::Attention);
-            if (rows == 1 && fusedAttention_) {
+            if (fusedAttentionFor(l, rows)) {
                 // One launch: norm + RoPE + cache write, split and merge (AttentionDecode.cu, "Fusions").
                 kc::AttentionDecodeParams d = attentionParams(l, rows);
                 d.fuseNormRope = true;
@@ -1124,7 +1130,7 @@ private:
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(normRopeParams(l, rows), stream_), "q/k/v norm + RoPE"));
             }
         }
-        if (rows > 1 || !fusedAttention_) {
+        if (!fusedAttentionFor(l, rows)) {
             Timed timed(*this, stats, Bucket::Attention);
             GEMMA_RETURN_IF_ERROR(attention(l, rows));
         }

@@ -28,7 +28,11 @@
 // and fences before its tile loads read the slot; no other block reads that slot (for a ring it
 // held a position outside every piece). With fuseMerge each block, after writing its partials,
 // fences and counts itself in on a per-(row, kv head) counter; the last one merges the group's g
-// heads (the merge kernel's code and thread mapping, the same bits) and resets the counter.
+// heads (the merge kernel's code and thread mapping, the same bits) and resets the counter. The
+// last block's merge is serial over the group's heads and reads every split of each, so the
+// fusion pays for small groups only: a 16-head MQA layer with 256 splits made one block read 8 MB
+// (H200: 74 µs per layer instead of 27, docs/PERFORMANCE.md version 6); the CUDA backend fuses
+// layers with at most kFusedAttentionMaxGroup query heads per KV head.
 //
 // Layouts: q/out [rows][stride] fp32, head h at h·headDim; caches [capacity][kvHeads][headDim]
 // (fp32 or bf16 bits), row r's cache at r·cacheBatchStride elements.
@@ -97,15 +101,14 @@ __device__ __forceinline__ void load8(const unsigned char* row, int piece, float
 // Merges query head h of `row` from its splits' partials into out. Every thread of the block
 // calls it (block-wide barriers). Partials are read through L2 (__ldcg): in the fused form other
 // blocks of the same launch wrote them.
+// `weights` (kMaxSplits floats) and `scratch` (32 floats) are shared memory.
 __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const float* __restrict__ partML, int splits,
                                           int qHeads, int headDim, int h, int row, float* __restrict__ out,
-                                          std::int64_t outStride) {
+                                          std::int64_t outStride, float* weights, float* scratch) {
     // Latency-bound (a decode step merges a few dozen splits per head): every split's (m, l) is
     // read by its own thread, the maximum is a block reduction, and the O sum keeps four
     // independent accumulators so four partial loads are in flight per thread. (The first
     // version walked the splits serially in every thread: ~8 µs per launch on an H200.)
-    __shared__ float weights[kMaxSplits];
-    __shared__ float scratch[32];
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const std::int64_t base = (static_cast<std::int64_t>(row) * qHeads + h) * splits;
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
     const float* qGroup = p.q + row * p.qStride + static_cast<std::int64_t>(kvh) * g * D;
     if (p.fuseNormRope) {
         const QkvNormRopeParams& r = p.normRope;
-        for (int h = warp; h < g; h += kThreads / 32) {
+        for (int h = warp; nTiles > 0 && h < g; h += kThreads / 32) {  // an empty piece needs no q
             float a[kPairs], b[kPairs];
             headNormRope(qGroup + h * D, r.qNormWeight, r.invFreq, r.rotatedPairs, true, static_cast<int>(len - 1), D, r.eps, a, b);
             storeHead(D, a, b, [&](int j, float v) { qs[h * D + j] = v; });
@@ -388,16 +391,23 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
     __syncthreads();
     if (!isLast) return;
     __threadfence();
-    for (int h = 0; h < g; ++h) mergeHead(partO, partML, splits, p.qHeads, D, kvh * g + h, row, p.out, p.outStride);
+    // The tiles' shared memory is free now (every thread passed the barriers above): it holds
+    // the merge's weights and scratch.
+    float* weights = reinterpret_cast<float*>(smem);
+    float* scratch = weights + kMaxSplits;
+    for (int h = 0; h < g; ++h)
+        mergeHead(partO, partML, splits, p.qHeads, D, kvh * g + h, row, p.out, p.outStride, weights, scratch);
     if (tid == 0) *counter = 0;
 }
 
 __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
     const float* __restrict__ partO, const float* __restrict__ partML, int splits, int qHeads,
     int headDim, float* __restrict__ out, std::int64_t outStride) {
+    __shared__ float weights[kMaxSplits];
+    __shared__ float scratch[32];
     gridDependencyWait();      // the partials come from the split kernel (PDL)
     allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
-    mergeHead(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride);
+    mergeHead(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride, weights, scratch);
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------

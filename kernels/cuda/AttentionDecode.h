@@ -56,9 +56,13 @@ struct AttentionDecodeParams {
     bool fuseNormRope = false;
     QkvNormRopeParams normRope;
     // fuseMerge: the last split block of each kv head to finish merges its group's partials into
-    // out: one launch instead of two (at most 256 kv heads).
+    // out: one launch instead of two (at most 256 kv heads). Serial over the group's heads: worth
+    // it for small groups only (kFusedAttentionMaxGroup).
     bool fuseMerge = false;
 };
+
+// The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
+inline constexpr int kFusedAttentionMaxGroup = 4;
 
 // Splits the launcher will use for these parameters (depends on the device's SM count).
 int attentionDecodeSplits(const AttentionDecodeParams& params);
