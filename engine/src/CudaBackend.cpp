@@ -110,7 +110,8 @@ private:
 };
 
 // Page-locked host memory the GPU writes directly (cudaHostAllocMapped): the greedy chain's
-// history of chosen ids, read by the host after an event behind the writing launch completes.
+// history of chosen ids and the logits row of decodeLogits(), read by the host after the writing
+// launch or copy has completed (an event or a stream synchronisation).
 class MappedHostBuffer {
 public:
     MappedHostBuffer() = default;
@@ -317,16 +318,8 @@ public:
                    StepStats* stats) override {
         GEMMA_RETURN_IF_ERROR(checkForwardRequest(tokens, startPosition, position_, allocation_, config_.vocabSize));
         const auto vocab = static_cast<std::size_t>(config_.vocabSize);
-        logits.assign((allPositions ? tokens.size() : 1) * vocab, 0.0f);
-        if (tokens.size() == 1 && !allPositions && !stats && graphWanted_) {
-            bool usedGraph = false;
-            GEMMA_RETURN_IF_ERROR(decodeStep(tokens[0], startPosition, usedGraph));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(logits.data(), logits_.as<float>(), vocab * 4, cudaMemcpyDeviceToHost, stream_),
-                                            "copying logits"));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
-            position_ += 1;
-            return Status::ok();
-        }
+        logits.resize((allPositions ? tokens.size() : 1) * vocab);  // every entry is copied below
+        if (tokens.size() == 1 && !allPositions && !stats && graphWanted_) return decodeInto(tokens[0], startPosition, logits.data());
         // Chunks of chunkRows_ positions (GEMM prefill), or kChunk when every position's logits are
         // wanted (the logits buffer holds kChunk rows).
         const std::size_t chunk = allPositions ? kChunk : static_cast<std::size_t>(chunkRows_);
@@ -350,7 +343,28 @@ public:
         return Status::ok();
     }
 
+    Expected<std::span<const float>> decodeLogits(std::int32_t token, int startPosition, StepStats* stats) override {
+        if (stats || !graphWanted_) return Backend::decodeLogits(token, startPosition, stats);
+        const std::int32_t input[1] = {token};
+        GEMMA_RETURN_IF_ERROR(checkForwardRequest(input, startPosition, position_, allocation_, config_.vocabSize));
+        GEMMA_RETURN_IF_ERROR(decodeInto(token, startPosition, hostLogits_.host<float>()));
+        return std::span<const float>(const_cast<const float*>(hostLogits_.host<float>()), static_cast<std::size_t>(config_.vocabSize));
+    }
+
 private:
+    // One single-token decode step (the graph when it passed its self-check), its logits copied
+    // to `hostOut` (vocab floats); the request was checked by the caller.
+    Status decodeInto(std::int32_t token, int position, volatile float* hostOut) {
+        bool usedGraph = false;
+        GEMMA_RETURN_IF_ERROR(decodeStep(token, position, usedGraph));
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(const_cast<float*>(hostOut), logits_.as<float>(),
+                                                        static_cast<std::size_t>(config_.vocabSize) * 4, cudaMemcpyDeviceToHost, stream_),
+                                        "copying logits"));
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
+        position_ += 1;
+        return Status::ok();
+    }
+
     // ---- setup ------------------------------------------------------------------------------------
     std::int64_t capacityOf(const LayerGeometry& g, int allocation) const {
         return kvCacheSlots(g.type == LayerType::Sliding, config_.slidingWindow, allocation, chunkRows_);
@@ -545,6 +559,7 @@ private:
         GEMMA_RETURN_IF_ERROR(positions_.allocateZeroed(R * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(argmaxWorkspace_.allocateZeroed(kc::argmaxWorkspaceBytes(greedyArgmaxParams()), "workspace"));
         GEMMA_RETURN_IF_ERROR(greedyHistory_.allocate(kGreedyHistory * sizeof(std::int32_t), "greedy decoding history"));
+        GEMMA_RETURN_IF_ERROR(hostLogits_.allocate(static_cast<std::size_t>(c.vocabSize) * 4, "page-locked logits"));
         if (ple > 0) {
             GEMMA_RETURN_IF_ERROR(perLayerInputs_.allocateZeroed(R * ple * 4, "workspace"));
             GEMMA_RETURN_IF_ERROR(perLayerIdentity_.allocateZeroed(R * ple * 4, "workspace"));
@@ -1200,6 +1215,7 @@ private:
     static constexpr int kGreedyHistory = 8;
     DeviceBuffer argmaxWorkspace_;
     MappedHostBuffer greedyHistory_;
+    MappedHostBuffer hostLogits_;  // decodeLogits(): one row, page-locked (the GPU copies into it)
     cudaGraphExec_t greedyGraph_ = nullptr;
     cudaEvent_t greedyEvents_[2] = {nullptr, nullptr};
     bool greedyFailed_ = false;

@@ -278,13 +278,13 @@ public:
             StepStats step;
             step.position = position;
             const auto stepStart = Clock::now();
-            const std::int32_t input[1] = {history.back()};
-            GEMMA_RETURN_IF_ERROR(backend_->forward(input, position, false, logits, instrumentThis ? &step : nullptr));
-            if (request.onLogits) request.onLogits(position, logits.data(), static_cast<std::int32_t>(vocab));
+            auto row = backend_->decodeLogits(history.back(), position, instrumentThis ? &step : nullptr);
+            if (!row) return row.status();
+            if (request.onLogits) request.onLogits(position, row->data(), static_cast<std::int32_t>(vocab));
             ++position;
             ++decodeSteps;
             const auto sampleStart = Clock::now();
-            const std::int32_t next = sampler->sample(logits, history);
+            const std::int32_t next = sampler->sample(*row, history);
             step.bucketMs[static_cast<int>(Bucket::Sampling)] += msSince(sampleStart);
             step.launches[static_cast<int>(Bucket::Sampling)] += 1;
             step.graph = !instrumentThis && backend_->graphActive();
@@ -341,6 +341,7 @@ public:
                 status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
             }
         }
+        std::span<const float> last = logits;  // the prefill's row, then each step's
         for (int i = 0; status && (request.instrumented || request.hostSampling) && i < request.decodeTokens; ++i) {
             if (cancelRequested()) {
                 status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
@@ -349,8 +350,9 @@ public:
             StepStats step;
             step.position = request.promptTokens + i;
             const auto start = Clock::now();
-            const std::int32_t input[1] = {Sampler::argmax(logits)};
-            status = backend_->forward(input, step.position, false, logits, request.instrumented ? &step : nullptr);
+            auto row = backend_->decodeLogits(Sampler::argmax(last), step.position, request.instrumented ? &step : nullptr);
+            status = row.status();
+            if (row) last = *row;
             step.graph = !request.instrumented && backend_->graphActive();
             finishStep(step, start, request.instrumented);
             totalMs += step.wallMs;
