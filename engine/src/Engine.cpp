@@ -266,6 +266,7 @@ public:
             if (greedyOnBackend && !instrumentThis) {
                 int burst = std::min(request.maxNewTokens - stats.generatedTokens, allocation - position);
                 if (every > 0) burst = std::min(burst, every - decodeSteps % every);
+                const int before = decodeSteps;
                 GEMMA_RETURN_IF_ERROR(backend_->decodeGreedy(history.back(), position, burst, [&](std::int32_t next, const StepStats& step) {
                     ++position;
                     ++decodeSteps;
@@ -273,6 +274,7 @@ public:
                     reported.launches[static_cast<int>(Bucket::Sampling)] = 1;  // the argmax on the device
                     return accept(next, reported);
                 }));
+                if (decodeSteps == before) return Status{ErrorCode::Internal, "greedy decoding made no progress"};
                 continue;
             }
             StepStats step;
