@@ -251,13 +251,18 @@ int main(int argc, char** argv) {
                                      {"bytes_per_token", bytes},
                                      {"GBs", row.gbs},
                                      {"percent_of_read_ceiling", row.percent},
-                                     // The uninstrumented (plain) run replays a graph unless --no-graph or the self-check refused it;
-                                     // instrumented steps always launch directly (event pairs per kernel).
-                                     {"cuda_graph_plain_run", (*engine)->info().backend.find("graph on") != std::string::npos},
+                                     // The uninstrumented (plain) run replays a graph (the step's, or the greedy chain's) unless
+                                     // --no-graph or its self-check refused it; instrumented steps launch directly (event pairs).
+                                     {"cuda_graph_plain_run",
+                                      (*engine)->info().backend.find(hostSampling ? "graph on" : "greedy chain on") != std::string::npos},
                                      {"buckets", stepBuckets(timed->steps)}});
-        std::fprintf(stderr, "  %-8s alloc %6d depth %6d: %8.1f tok/s (%.1f instrumented, %.1f %s), %.0f GB/s, %.1f%% of read ceiling\n",
-                     test, allocation, depth, plain->tokensPerSecond, timed->tokensPerSecond, other->tokensPerSecond,
-                     hostSampling ? "device chain" : "host sampling", row.gbs, row.percent);
+        char alongside[96] = "";
+        if (alsoInstrumented) {
+            std::snprintf(alongside, sizeof alongside, " (%.1f instrumented, %.1f %s)", timed->tokensPerSecond, other->tokensPerSecond,
+                          hostSampling ? "device chain" : "host sampling");
+        }
+        std::fprintf(stderr, "  %-8s alloc %6d depth %6d: %8.1f tok/s%s, %.0f GB/s, %.1f%% of read ceiling\n", test, allocation, depth,
+                     plain->tokensPerSecond, alongside, row.gbs, row.percent);
         return true;
     };
 

@@ -128,8 +128,9 @@ public:
         std::memset(host_, 0, bytes);
         return cudaError(cudaHostGetDevicePointer(&device_, host_, 0), what);
     }
+    // Read only after the writing launch or copy is known complete (an event or a stream sync).
     template <typename T>
-    volatile T* host() const { return static_cast<volatile T*>(host_); }
+    T* host() const { return static_cast<T*>(host_); }
     template <typename T>
     T* device() const { return static_cast<T*>(device_); }
 
@@ -348,16 +349,16 @@ public:
         const std::int32_t input[1] = {token};
         GEMMA_RETURN_IF_ERROR(checkForwardRequest(input, startPosition, position_, allocation_, config_.vocabSize));
         GEMMA_RETURN_IF_ERROR(decodeInto(token, startPosition, hostLogits_.host<float>()));
-        return std::span<const float>(const_cast<const float*>(hostLogits_.host<float>()), static_cast<std::size_t>(config_.vocabSize));
+        return std::span<const float>(hostLogits_.host<float>(), static_cast<std::size_t>(config_.vocabSize));
     }
 
 private:
     // One single-token decode step (the graph when it passed its self-check), its logits copied
     // to `hostOut` (vocab floats); the request was checked by the caller.
-    Status decodeInto(std::int32_t token, int position, volatile float* hostOut) {
+    Status decodeInto(std::int32_t token, int position, float* hostOut) {
         bool usedGraph = false;
         GEMMA_RETURN_IF_ERROR(decodeStep(token, position, usedGraph));
-        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(const_cast<float*>(hostOut), logits_.as<float>(),
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(hostOut, logits_.as<float>(),
                                                         static_cast<std::size_t>(config_.vocabSize) * 4, cudaMemcpyDeviceToHost, stream_),
                                         "copying logits"));
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
@@ -831,20 +832,14 @@ private:
                 graphFailed_ = true;
                 return launchChunk(1, true, false, nullptr);
             }
-            // Self-check: direct launches first, then a replay of the same step.
-            const std::size_t vocab = static_cast<std::size_t>(config_.vocabSize);
-            std::vector<float> direct(vocab), replay(vocab);
-            GEMMA_RETURN_IF_ERROR(launchChunk(1, true, false, nullptr));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(direct.data(), logits_.as<float>(), vocab * 4, cudaMemcpyDeviceToHost, stream_), "self-check"));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaGraphLaunch(graphExec_, stream_), "graph launch"));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(replay.data(), logits_.as<float>(), vocab * 4, cudaMemcpyDeviceToHost, stream_), "self-check"));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "self-check"));
-            if (std::memcmp(direct.data(), replay.data(), vocab * 4) != 0) {
+            auto same = replayMatchesDirect(graphExec_, [&] { return launchChunk(1, true, false, nullptr); }, token, position, false);
+            if (!same) return same.status();
+            if (!*same) {
                 graphFailed_ = true;
                 graphStatus_ = "self-check failed: graph replay and direct launch gave different logits";
                 cudaGraphExecDestroy(graphExec_);
                 graphExec_ = nullptr;
-                return Status::ok();  // logits_ holds the direct (then identical-input) result
+                return launchChunk(1, true, false, nullptr);  // logits_ from direct launches, not the replay
             }
             graphStatus_ = "on (self-check passed: replay bit-identical to direct launch)";
             usedGraph = true;
@@ -873,6 +868,29 @@ private:
             return nullptr;
         }
         return exec;
+    }
+
+    // The self-check of a captured decode graph: the step at (token, position) run by `direct`
+    // launches, then by a replay of `graph`, each from freshly uploaded inputs, must leave
+    // bit-identical logits (the KV write at that position is idempotent) and, with `checkId`, record
+    // the same id in the greedy history. logits_ holds the replay's result afterwards.
+    template <typename Launches>
+    Expected<bool> replayMatchesDirect(cudaGraphExec_t graph, Launches&& direct, std::int32_t token, int position, bool checkId) {
+        const std::int32_t input[1] = {token};
+        const std::size_t vocab = static_cast<std::size_t>(config_.vocabSize);
+        std::vector<float> logits[2] = {std::vector<float>(vocab), std::vector<float>(vocab)};
+        std::int32_t ids[2] = {0, 0};
+        std::int32_t* history = greedyHistory_.host<std::int32_t>() + position % kGreedyHistory;
+        for (int run = 0; run < 2; ++run) {
+            GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));
+            if (checkId) *history = -1;
+            GEMMA_RETURN_IF_ERROR(run == 0 ? direct() : cudaError(cudaGraphLaunch(graph, stream_), "graph launch"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(logits[run].data(), logits_.as<float>(), vocab * 4, cudaMemcpyDeviceToHost, stream_),
+                                            "self-check"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "self-check"));
+            if (checkId) ids[run] = *history;
+        }
+        return std::memcmp(logits[0].data(), logits[1].data(), vocab * 4) == 0 && ids[0] == ids[1] && ids[0] >= 0;
     }
 
     // ---- greedy decoding chained on the device ----------------------------------------------------
@@ -912,21 +930,9 @@ private:
             greedyStatus_ = "off (" + greedyStatus_ + ")";
             return Status::ok();
         }
-        const std::int32_t input[1] = {token};
-        const std::size_t vocab = static_cast<std::size_t>(config_.vocabSize);
-        std::vector<float> direct(vocab), replay(vocab);
-        std::int32_t ids[2] = {0, 0};
-        for (int run = 0; run < 2; ++run) {
-            GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));
-            greedyHistory_.host<std::int32_t>()[position % kGreedyHistory] = -1;
-            GEMMA_RETURN_IF_ERROR(run == 0 ? launchGreedyStep() : cudaError(cudaGraphLaunch(greedyGraph_, stream_), "graph launch"));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync((run == 0 ? direct : replay).data(), logits_.as<float>(), vocab * 4,
-                                                            cudaMemcpyDeviceToHost, stream_),
-                                            "self-check"));
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "self-check"));
-            ids[run] = greedyHistory_.host<std::int32_t>()[position % kGreedyHistory];
-        }
-        if (std::memcmp(direct.data(), replay.data(), vocab * 4) != 0 || ids[0] != ids[1] || ids[0] < 0) {
+        auto same = replayMatchesDirect(greedyGraph_, [&] { return launchGreedyStep(); }, token, position, true);
+        if (!same) return same.status();
+        if (!*same) {
             greedyFailed_ = true;
             greedyStatus_ = "off (self-check failed: graph replay and direct launch disagreed)";
             cudaGraphExecDestroy(greedyGraph_);

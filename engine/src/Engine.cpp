@@ -327,7 +327,8 @@ public:
         status = backend_->forward(prompt, 0, false, logits, nullptr);
         result.prefillMs = msSince(prefillStart);
         double totalMs = 0.0;
-        if (status && !request.instrumented && !request.hostSampling) {
+        const bool chain = !request.instrumented && !request.hostSampling;
+        if (status && chain) {
             // What greedy generation runs: the backend's device-side argmax chain.
             bool stopped = false;
             const auto start = Clock::now();
@@ -344,7 +345,7 @@ public:
             }
         }
         std::span<const float> last = logits;  // the prefill's row, then each step's
-        for (int i = 0; status && (request.instrumented || request.hostSampling) && i < request.decodeTokens; ++i) {
+        for (int i = 0; status && !chain && i < request.decodeTokens; ++i) {
             if (cancelRequested()) {
                 status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
                 break;
