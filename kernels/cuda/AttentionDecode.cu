@@ -12,7 +12,8 @@
 // unnormalised O = Σ exp(s − m)·V, written as partials (O, m, l). Keys past the band end inside the
 // last tile are zero-filled by cp.async (the cache is not read) and get probability 0.
 // Merge kernel: grid (qHeads, rows): M = max m_s, out = Σ e^{m_s−M} O_s / Σ e^{m_s−M} l_s.
-// Splits that received no keys contribute m = −inf, l = 0.
+// Splits that received no keys write only m = −inf, l = 0 (no O) and the merge sums the O of the
+// others only (they form a prefix).
 //
 // Tile: 8 KB of K per stage (T = 8192 / (headDim · element bytes) keys), K and V, 2 stages, rows
 // padded by 16 bytes against bank conflicts; q of the group staged in shared memory (fp32).
@@ -112,13 +113,31 @@ __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const std::int64_t base = (static_cast<std::int64_t>(row) * qHeads + h) * splits;
+    // Splits that received keys have m > -inf and form a prefix (pieces are laid out from the band's
+    // start); only their O is read. The split count is sized for the longest band, so at a short
+    // one most splits are empty: a 12b full layer at position ~160 has 21 of 256 (Nsight Compute:
+    // this kernel took 89 µs per full layer when it read all 256, docs/PERFORMANCE.md version 6).
     float mLocal = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) mLocal = fmaxf(mLocal, __ldcg(partML + (base + s) * 2));
+    float live = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        const float m = __ldcg(partML + (base + s) * 2);
+        mLocal = fmaxf(mLocal, m);
+        live += m > -INFINITY ? 1.0f : 0.0f;
+    }
     mLocal = warpMax(mLocal);
-    if (lane == 0) scratch[warp] = mLocal;
+    live = warpSum(live);
+    if (lane == 0) {
+        scratch[warp] = mLocal;
+        scratch[16 + warp] = live;
+    }
     __syncthreads();
     float mMax = -INFINITY;
-    for (int w = 0; w < (kThreads >> 5); ++w) mMax = fmaxf(mMax, scratch[w]);
+    float liveSplits = 0.0f;
+    for (int w = 0; w < (kThreads >> 5); ++w) {
+        mMax = fmaxf(mMax, scratch[w]);
+        liveSplits += scratch[16 + w];
+    }
+    const int active = static_cast<int>(liveSplits);
     float lPart = 0.0f;
     for (int s = threadIdx.x; s < splits; s += blockDim.x) {
         // An empty split has m = -inf: exp(-inf) = 0. All splits empty cannot happen (position p
@@ -133,12 +152,12 @@ __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const
     for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         int s = 0;
-        for (; s + 4 <= splits; s += 4) {
+        for (; s + 4 <= active; s += 4) {
 #pragma unroll
             for (int u = 0; u < 4; ++u)
                 acc[u] = fmaf(weights[s + u], __ldcg(o + static_cast<std::int64_t>(s + u) * headDim + d), acc[u]);
         }
-        for (; s < splits; ++s) acc[0] = fmaf(weights[s], __ldcg(o + static_cast<std::int64_t>(s) * headDim + d), acc[0]);
+        for (; s < active; ++s) acc[0] = fmaf(weights[s], __ldcg(o + static_cast<std::int64_t>(s) * headDim + d), acc[0]);
         out[row * outStride + static_cast<std::int64_t>(h) * headDim + d] =
             ((acc[0] + acc[1]) + (acc[2] + acc[3])) * invL;
     }
@@ -364,16 +383,19 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
     }
     __syncthreads();  // mRow/lRow init visible when the block had no tiles
 
-    // Partials: [row][qHead][split] × (O[D] | m, l).
+    // Partials: [row][qHead][split] × (O[D] | m, l). An empty piece writes only (m, l) = (-inf, 0):
+    // the merge reads the O of the splits that received keys only.
 #pragma unroll
     for (int i = 0; i < kMaxHeadsPerThread; ++i) {
         const int h = headSet + Sh::kHeadSets * i;
         if (h < g) {
             const std::int64_t idx =
                 (static_cast<std::int64_t>(row) * p.qHeads + kvh * g + h) * splits + split;
-            float4* dst = reinterpret_cast<float4*>(partO + idx * D + piece * 8);
-            dst[0] = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
-            dst[1] = make_float4(o[i][4], o[i][5], o[i][6], o[i][7]);
+            if (nTiles > 0) {
+                float4* dst = reinterpret_cast<float4*>(partO + idx * D + piece * 8);
+                dst[0] = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
+                dst[1] = make_float4(o[i][4], o[i][5], o[i][6], o[i][7]);
+            }
             if (piece == 0) {
                 partML[idx * 2] = mRow[h];
                 partML[idx * 2 + 1] = lRow[h];
