@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
          {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
+         {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
@@ -183,6 +184,7 @@ int main(int argc, char** argv) {
     options.integerMatvec = !cli.has("fp16-matvec");
     options.tiledWeights = !cli.has("row-layout");
     options.fusedAttention = !cli.has("separate-attention");
+    options.fusedNorms = !cli.has("separate-norms");
     const bool hostSampling = cli.has("host-sampling");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);

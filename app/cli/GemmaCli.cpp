@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
          {"fp16-matvec", false, "GPU: FP4 matvecs take x as fp16 hi + lo instead of integers (the earlier form)"},
          {"row-layout", false, "GPU: keep the FP4 weights in the package's row layout instead of the tiled layout"},
          {"separate-attention", false, "GPU: run a decode step's attention as three launches instead of one fused launch"},
+         {"separate-norms", false, "GPU: run a decode step's residual norms as their own kernels instead of inside the matvecs"},
          {"quiet", false, "do not print statistics to stderr"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     if (!cli.positional().empty()) return fail("unexpected argument '" + cli.positional().front() + "' (see --help)");
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
     if (cli.has("fp16-matvec")) options.integerMatvec = false;
     if (cli.has("row-layout")) options.tiledWeights = false;
     if (cli.has("separate-attention")) options.fusedAttention = false;
+    if (cli.has("separate-norms")) options.fusedNorms = false;
 
     std::filesystem::path model = cli.value("model").value_or("");
     if (model.empty()) model = gemma::cli::defaultModelPath();

@@ -175,7 +175,8 @@ public:
         : package_(package), config_(package.config()), weights_(weights),
           kvDtype_(options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16), graphWanted_(options.cudaGraph),
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
-          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention) {}
+          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
+          fusedNorms_(options.fusedNorms) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -252,7 +253,7 @@ public:
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
-               (fusedAttention_ ? "" : ", separate attention kernels") +
+               (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) + ")";
@@ -537,6 +538,7 @@ private:
         const std::size_t H = static_cast<std::size_t>(c.hiddenSize);
         const std::size_t ple = static_cast<std::size_t>(c.numLayers) * static_cast<std::size_t>(c.hiddenSizePerLayerInput);
         GEMMA_RETURN_IF_ERROR(residual_.allocateZeroed(R * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(residualAlternate_.allocateZeroed(H * 4, "workspace"));  // decode rows only (deferred norms)
         GEMMA_RETURN_IF_ERROR(normed_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(branch_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(query_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
@@ -658,6 +660,13 @@ private:
     // rows goes through cuBLASLt instead (gemmLinear).
     Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats,
                   const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}) {
+        // A deferred norm whose output this matvec reads rides in its staging (one launch), when
+        // the matvec is a single batch-1 integer launch; anything else runs the norm first.
+        bool mixedLayouts = false;
+        for (const auto& e : extras) mixedLayouts |= e.w->tiled != w.tiled;
+        const bool foldNorm = pendingNorm_.active && x == normed_.as<float>() && rows == 1 && integerMatvec_ && !mixedLayouts &&
+                              w.in <= kc::Fp4MatvecParams::kInputNormMaxIn && !(blas_ && rows >= gemmMinRows_);
+        if (!foldNorm) GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
         if (blas_ && rows >= gemmMinRows_) {
             Timed timed(*this, stats, Bucket::Fp4Matvec);
             GEMMA_RETURN_IF_ERROR(gemmLinear(w, x, xStride, y, yStride, rows, up));
@@ -695,6 +704,7 @@ private:
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
         }
+        if (foldNorm) p.inputNorm = takePendingNorm();
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -782,13 +792,26 @@ private:
         return kernelError(kc::launchEmbeddingGather(p, stream_), what);
     }
 
+    // The residual-stream norm (RmsNorm.h). A decode step's norm of the residual stream into
+    // normed_ is deferred (fusedNorms_): the next matvec reading normed_ computes it in its own
+    // staging (Fp4MatvecParams::inputNorm) and writes the new residual to the other buffer of
+    // the pair; any other consumer runs it here first (flushPendingNorm).
     Status norm(const float* branch, const float* branchWeight, float layerScalar, const float* outWeight, float* out,
                 std::int64_t n, int rows, StepStats* stats, float* residual = nullptr) {
+        GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
+        if (fusedNorms_ && rows == 1 && !residual && out == normed_.as<float>() && n == config_.hiddenSize && n % 4 == 0) {
+            pendingNorm_ = {true, branch, branchWeight, layerScalar, outWeight};
+            return Status::ok();
+        }
+        return runNorm(branch, branchWeight, layerScalar, outWeight, out, n, rows, stats, residual);
+    }
+    Status runNorm(const float* branch, const float* branchWeight, float layerScalar, const float* outWeight, float* out,
+                   std::int64_t n, int rows, StepStats* stats, float* residual) {
         Timed timed(*this, stats, Bucket::NormElementwise);
         kc::RmsNormParams p;
         p.branch = branch;
         p.branchWeight = branchWeight;
-        p.residual = residual ? residual : residual_.as<float>();
+        p.residual = residual ? residual : residualNow_;
         p.layerScalar = layerScalar;
         p.outWeight = outWeight;
         p.out = out;
@@ -798,6 +821,31 @@ private:
         p.eps = config_.rmsNormEps;
         p.programmaticLaunch = programmaticLaunch_;
         return kernelError(kc::launchRmsNormResidual(p, stream_), "rms norm");
+    }
+    // The deferred norm as its own kernel, in place on the residual stream.
+    Status flushPendingNorm(StepStats* stats) {
+        if (!pendingNorm_.active) return Status::ok();
+        const PendingNorm n = pendingNorm_;
+        pendingNorm_ = {};
+        return runNorm(n.branch, n.branchWeight, n.layerScalar, n.outWeight, normed_.as<float>(), config_.hiddenSize, 1, stats, nullptr);
+    }
+    // The deferred norm as a matvec's input norm: the new residual goes to the other buffer of the
+    // pair (every block of the matvec reads the current one), which becomes the current one.
+    kc::Fp4MatvecParams::InputNorm takePendingNorm() {
+        kc::Fp4MatvecParams::InputNorm in;
+        in.residualIn = residualNow_;
+        in.branch = pendingNorm_.branch;
+        in.branchWeight = pendingNorm_.branchWeight;
+        in.layerScalar = pendingNorm_.layerScalar;
+        in.outWeight = pendingNorm_.outWeight;
+        in.eps = config_.rmsNormEps;
+        if (pendingNorm_.branch || pendingNorm_.layerScalar != 1.0f) {  // otherwise the residual is unchanged
+            float* other = residualNow_ == residual_.as<float>() ? residualAlternate_.as<float>() : residual_.as<float>();
+            in.residualOut = other;
+            residualNow_ = other;
+        }
+        pendingNorm_ = {};
+        return in;
     }
 
     // Token ids and positions go to device memory first: every kernel reads them from there, so a
@@ -1005,7 +1053,9 @@ private:
         const auto& c = config_;
         const std::int64_t H = c.hiddenSize;
 
-        // 1. Scaled embedding gather.
+        // 1. Scaled embedding gather (into residual_, the stream's first buffer on every step).
+        residualNow_ = residual_.as<float>();
+        pendingNorm_ = {};
         {
             Timed timed(*this, stats, Bucket::NormElementwise);
             GEMMA_RETURN_IF_ERROR(gather(weights_.embedding, package_.metadata().embedScale, residual_.as<float>(), H, rows, "embedding gather"));
@@ -1016,6 +1066,7 @@ private:
         GEMMA_RETURN_IF_ERROR(norm(nullptr, nullptr, 1.0f, layers_[0].inputNorm, normed_.as<float>(), H, rows, stats));
         for (int l = 0; l < c.numLayers; ++l) GEMMA_RETURN_IF_ERROR(runLayer(l, rows, stats));
         // 4. lm_head with the softcap (the final norm was fused into the last layer).
+        GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
         if (!wantLogits) return Status::ok();
         Timed timed(*this, stats, Bucket::LmHead);
         kc::Fp8LmHeadParams p;
@@ -1170,7 +1221,7 @@ private:
         // PLE block, then layer_scalar and the next norm.
         const std::int64_t P = c.hiddenSizePerLayerInput;
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postFeedforwardNorm, 1.0f, nullptr, nullptr, H, rows, stats));
-        GEMMA_RETURN_IF_ERROR(matvec(w.perLayerGate, residual_.as<float>(), H, perLayerGate_.as<float>(), P, rows, stats));
+        GEMMA_RETURN_IF_ERROR(matvec(w.perLayerGate, residualNow_, H, perLayerGate_.as<float>(), P, rows, stats));
         {
             Timed timed(*this, stats, Bucket::NormElementwise);
             kc::PleGateParams p;
@@ -1208,6 +1259,19 @@ private:
     bool integerMatvec_ = true;
     bool tiledWeights_ = true;
     bool fusedAttention_ = true;
+    bool fusedNorms_ = true;
+    // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and
+    // which buffer of the pair (residual_, residualAlternate_) holds the residual stream now.
+    struct PendingNorm {
+        bool active = false;
+        const float* branch = nullptr;
+        const float* branchWeight = nullptr;
+        float layerScalar = 1.0f;
+        const float* outWeight = nullptr;
+    };
+    PendingNorm pendingNorm_;
+    DeviceBuffer residualAlternate_;
+    float* residualNow_ = nullptr;
     int untiledWeights_ = 0;  // FP4 weights tileWeights left in rows (name() says so)
     int chunkRows_ = kChunk;
     std::unique_ptr<CublasLt> blas_;

@@ -307,6 +307,7 @@ struct MmaArgs {
     int segments;
     std::int64_t in;
     const float* x;
+    Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -553,10 +554,48 @@ __device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_ui
 // exponent by three shuffles. A group holding a NaN or an infinity gets a NaN factor (y is NaN,
 // as on the fp16 paths).
 constexpr int kIntStagePieces = 2;  // 16-input pieces per thread per pass, loads issued first
+
+// Converts the S pieces a thread holds in one pass (piece c = base + s·kMmaThreads + thread; v[s][f]
+// = its inputs 4f .. 4f+3, zero past `in`). Warp-uniform: every lane takes part in the shuffles.
+template <int S>
+__device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base, int pieces, std::int64_t stride,
+                                               std::uint8_t* planes, float* factors) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
+        std::uint32_t maxBits = 0;
+#pragma unroll
+        for (int f = 0; f < 4; ++f)
+            maxBits = max(max(max(maxBits, absBits(v[s][f].x)), max(absBits(v[s][f].y), absBits(v[s][f].z))), absBits(v[s][f].w));
+        // An unsigned max of IEEE magnitude bits orders magnitudes, with inf and NaN above all.
+#pragma unroll
+        for (int m = 1; m < 8; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
+        if (c >= pieces) continue;
+        const int e = formats::fp4decode::integerExponent(maxBits);
+        const float up = formats::fp4decode::powerOfTwo(e);
+        if ((c & 7) == 0) factors[c >> 3] = formats::fp4decode::integerFactor(maxBits, e);
+        std::uint32_t word[kPlanes][4];
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+            const std::uint32_t x0 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].x * up));
+            const std::uint32_t x1 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].y * up));
+            const std::uint32_t x2 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].z * up));
+            const std::uint32_t x3 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].w * up));
+            std::uint32_t plane[kPlanes];
+            formats::fp4decode::integerPlanes(x0, x1, x2, x3, plane);
+#pragma unroll
+            for (int p = 0; p < kPlanes; ++p) word[p][f] = plane[p];
+        }
+#pragma unroll
+        for (int p = 0; p < kPlanes; ++p)
+            *reinterpret_cast<uint4*>(planes + p * stride + static_cast<std::int64_t>(c) * 16) =
+                make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
+    }
+}
+
 __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
                                               float* factors) {
     const int pieces = groups * 8;
-    const std::int64_t stride = planeBytes(groups);
     // Warp-uniform trip count: every lane takes part in the shuffles.
     for (int base = 0; base < pieces; base += kMmaThreads * kIntStagePieces) {
         float4 v[kIntStagePieces][4];
@@ -567,38 +606,55 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
             for (int f = 0; f < 4; ++f)
                 v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-#pragma unroll
-        for (int s = 0; s < kIntStagePieces; ++s) {
-            const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
-            std::uint32_t maxBits = 0;
-#pragma unroll
-            for (int f = 0; f < 4; ++f)
-                maxBits = max(max(max(maxBits, absBits(v[s][f].x)), max(absBits(v[s][f].y), absBits(v[s][f].z))), absBits(v[s][f].w));
-            // An unsigned max of IEEE magnitude bits orders magnitudes, with inf and NaN above all.
-#pragma unroll
-            for (int m = 1; m < 8; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
-            if (c >= pieces) continue;
-            const int e = formats::fp4decode::integerExponent(maxBits);
-            const float up = formats::fp4decode::powerOfTwo(e);
-            if ((c & 7) == 0) factors[c >> 3] = formats::fp4decode::integerFactor(maxBits, e);
-            std::uint32_t word[kPlanes][4];
-#pragma unroll
-            for (int f = 0; f < 4; ++f) {
-                const std::uint32_t x0 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].x * up));
-                const std::uint32_t x1 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].y * up));
-                const std::uint32_t x2 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].z * up));
-                const std::uint32_t x3 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].w * up));
-                std::uint32_t plane[kPlanes];
-                formats::fp4decode::integerPlanes(x0, x1, x2, x3, plane);
-#pragma unroll
-                for (int p = 0; p < kPlanes; ++p) word[p][f] = plane[p];
-            }
-#pragma unroll
-            for (int p = 0; p < kPlanes; ++p)
-                *reinterpret_cast<uint4*>(planes + p * stride + static_cast<std::int64_t>(c) * 16) =
-                    make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
-        }
+        convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
     }
+}
+
+// The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
+// the residual stream itself, as launchRmsNormResidual does (RmsNorm.h: the same fp32 operations
+// per element; the sums of squares are reduced in another order, so x may differ from the norm
+// kernel's in the last bits), and block 0 writes the new residual. One piece per thread
+// (kMmaThreads·16 >= in, the launcher's bound: two pieces per thread spill the GeGLU kernels'
+// prefetched weights), the loads of residual and branch all issued before the first reduction.
+// Two block reductions (scratch: 32 floats of shared memory).
+__device__ __forceinline__ float4 scale4(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
+__device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+__device__ __forceinline__ float squares4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+
+__device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::InputNorm& nm, std::int64_t in, int groups,
+                                                    std::uint8_t* planes, float* factors, float* scratch) {
+    const int pieces = groups * 8;
+    const bool live = static_cast<int>(threadIdx.x) < pieces;
+    const std::int64_t first = static_cast<std::int64_t>(threadIdx.x) * 16;  // this thread's piece
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    // A norm weight's 4 values at f (1 when the weight is null), zero past `in`.
+    auto weight4 = [&](const float* w, int f) { return w && live ? loadX4(w, in, first + f * 4) : make_float4(1.f, 1.f, 1.f, 1.f); };
+    float4 v[1][4], b[4];
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+        v[0][f] = live ? loadX4(nm.residualIn, in, first + f * 4) : zero;
+        b[f] = live && nm.branch ? loadX4(nm.branch, in, first + f * 4) : zero;
+    }
+    const float n = static_cast<float>(in);
+    if (nm.branch) {  // uniform across the block
+        const float ss = squares4(b[0]) + squares4(b[1]) + squares4(b[2]) + squares4(b[3]);
+        const float inv = rsqrtf(blockSum(ss, scratch) / n + nm.eps);
+#pragma unroll
+        for (int f = 0; f < 4; ++f) v[0][f] = add4(v[0][f], mul4(scale4(b[f], inv), weight4(nm.branchWeight, f)));
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+        v[0][f] = scale4(v[0][f], nm.layerScalar);
+        // in % 4 == 0 (the launcher): a float4 lies wholly inside or wholly past `in`.
+        if (nm.residualOut && blockIdx.x == 0 && live && first + f * 4 < in) *reinterpret_cast<float4*>(nm.residualOut + first + f * 4) = v[0][f];
+        ss += squares4(v[0][f]);
+    }
+    const float inv = rsqrtf(blockSum(ss, scratch) / n + nm.eps);
+#pragma unroll
+    for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), weight4(nm.outWeight, f));
+    convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors);
 }
 
 // The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
@@ -682,6 +738,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
     __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
+    __shared__ float normScratch[INTEGER ? 32 : 1];  // blockSum's, for the input norm
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -752,8 +809,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const float postscale = INTEGER ? 1.0f : kXPostscale;
     std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
-    if constexpr (INTEGER) stageXInteger(args.x, in, groups, intPlanes, intFactors);
-    else stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
+    if constexpr (INTEGER) {
+        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
+    } else {
+        stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
+    }
     __syncthreads();
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
@@ -940,6 +1001,7 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     MmaArgs args{};
     args.in = p.in;
     args.x = p.x;
+    args.norm = p.inputNorm;
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
@@ -984,12 +1046,25 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
 
 template <bool GEGLU>
 KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
-    if (!p.codes || !p.scales || !p.x || !p.y) return KernelStatus::InvalidArgument;
+    const auto& nm = p.inputNorm;
+    const bool normed = nm.residualIn != nullptr;
+    if (!p.codes || !p.scales || (!p.x && !normed) || !p.y) return KernelStatus::InvalidArgument;
+    if (normed) {
+        // The fused input norm exists on the batch-1 integer tensor-core path only, for one piece
+        // of staging per thread (in <= kMmaThreads · 16).
+        static_assert(Fp4MatvecParams::kInputNormMaxIn == kMmaThreads * 16);
+        const auto vectorOk = [](const void* q) { return q == nullptr || aligned16(q); };
+        if (p.rows != 1 || p.forceCudaCores || p.fp16X || p.singleHalfX || p.in % 4 != 0 ||
+            p.in > Fp4MatvecParams::kInputNormMaxIn || !vectorOk(nm.residualIn) || !vectorOk(nm.branch) ||
+            !vectorOk(nm.branchWeight) || !vectorOk(nm.outWeight) || !vectorOk(nm.residualOut) ||
+            (nm.residualOut && (nm.residualOut == nm.residualIn || nm.residualOut == nm.branch)))
+            return KernelStatus::InvalidArgument;
+    }
     if (GEGLU && (!p.upCodes || !p.upScales)) return KernelStatus::InvalidArgument;
     if (p.out < 1 || p.in < 1 || p.rows < 1) return KernelStatus::InvalidArgument;
-    if (p.xStride < p.in || p.xStride % 4 != 0 || p.yStride < p.out)
+    if ((!normed && (p.xStride < p.in || p.xStride % 4 != 0)) || p.yStride < p.out)
         return KernelStatus::InvalidArgument;
-    if (!aligned16(p.codes) || !aligned16(p.x) || (GEGLU && !aligned16(p.upCodes)))
+    if (!aligned16(p.codes) || (!normed && !aligned16(p.x)) || (GEGLU && !aligned16(p.upCodes)))
         return KernelStatus::InvalidArgument;
     if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
         return KernelStatus::InvalidArgument;
@@ -1012,7 +1087,7 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.rows == 1 && !p.forceCudaCores) {
         const KernelStatus status = launchMma<GEGLU>(p, facts, stream);
-        if (status != KernelStatus::Unsupported) return status;
+        if (status != KernelStatus::Unsupported || normed) return status;
         // x does not fit in shared memory: the CUDA-core kernel reads it from global memory.
     }
     // The CUDA-core kernel, one launch per segment.

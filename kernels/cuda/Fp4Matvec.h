@@ -65,6 +65,28 @@ struct Fp4MatvecParams {
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The
     // previous kernel must not need to finish before this one's launch for any other reason.
     bool programmaticLaunch = false;
+    // The input norm folded into the matvec (batch 1 on the integer tensor-core path, the
+    // default; refused elsewhere). With residualIn set, `x` is not read: every block computes x
+    // from the residual stream as launchRmsNormResidual (RmsNorm.h) does with residual =
+    // residualIn, branch, branchWeight, layerScalar and outWeight, i.e.
+    //   r = (residualIn + rmsNorm(branch; branchWeight)) · layerScalar   (residualIn · layerScalar
+    //       without a branch),   x = rmsNorm(r; outWeight),
+    // and block 0 writes r to residualOut (skipped when null). A decode step's norm kernels thus
+    // disappear into the matvecs that consume them. residualOut must not alias residualIn or
+    // branch (every block reads those while block 0 writes): callers alternate two buffers.
+    // Requires in % 4 == 0, in <= 4096 (the hidden sizes of 12b, e2b and e4b; 31b's 5376 keeps
+    // the norm kernels) and 16-byte aligned vectors.
+    struct InputNorm {
+        const float* residualIn = nullptr;
+        const float* branch = nullptr;
+        const float* branchWeight = nullptr;
+        float layerScalar = 1.0f;
+        const float* outWeight = nullptr;
+        float* residualOut = nullptr;
+        float eps = 1e-6f;
+    };
+    InputNorm inputNorm;
+    static constexpr std::int64_t kInputNormMaxIn = 4096;
     int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
 };

@@ -11,6 +11,7 @@
 //   first, repeated, so a matvec that read x before its producer finished would show it;
 // - the tiled device layout (Fp4Tile op, checked byte for byte against reference::tileFp4): every path
 //   (tensor cores, CUDA cores, batches, GeGLU, fused q/k/v, fp16 x) bit-identical to the row layout;
+// - the input norm folded into the matvec (Fp4MatvecParams::inputNorm) against an FP64 chain;
 // - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
 #include "../../kernels/cuda/Fp4Matvec.cu"
 #include "../../kernels/cuda/Fp4Tile.cu"
@@ -658,6 +659,200 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
     report.addCheck("programmatic launch chain norm -> matvec -> matvec", finite && worst <= 1e-4, note);
 }
 
+// The input norm folded into the matvec (Fp4MatvecParams::inputNorm): x computed in every block
+// from residualIn, branch and the two norm weights, the new residual written by block 0. FP64
+// reference of the whole chain (r, x = rmsNorm(r), y = W·x); x itself is passed as null (the kernel
+// must not read it); y and residualOut poisoned with NaN; residualIn and branch must stay intact.
+// Shapes: the 12b q/k/v launch (in 3840), the 12b GeGLU in the tiled layout, the widest allowed
+// (4096: every thread a piece), e2b's width, odd widths (200, 36: groups past `in`).
+// Variants: without a branch (the first layer's plain norm), unweighted, layer scalar != 1, no
+// residual write. Plus a programmatic chain (the branch produced by the previous matvec) and the
+// launcher's refusals.
+struct NormCase {
+    std::string name;
+    std::int64_t in;
+    std::int64_t outs[3];
+    int segments;
+    bool geglu, tiled, branch, weights, writeResidual;
+    float layerScalar;
+};
+
+void runInputNorm(std::mt19937_64& rng, Report& report) {
+    const std::vector<NormCase> cases = {
+        {"12b q/k/v", 3840, {4096, 2048, 2048}, 3, false, false, true, true, true, 1.0f},
+        {"12b gate/up tiled", 3840, {15360, 0, 0}, 1, true, true, true, true, true, 0.75f},
+        {"12b first layer (no branch)", 3840, {4096, 2048, 2048}, 3, false, true, false, true, false, 1.0f},
+        {"4096 wide", 4096, {512, 0, 0}, 1, false, false, true, true, true, 1.5f},
+        {"e2b gate/up", 1536, {1000, 0, 0}, 1, true, false, true, false, true, 1.0f},
+        {"odd 200 unweighted", 200, {77, 0, 0}, 1, false, false, true, false, true, 1.0f},
+        {"odd 36 scalar only", 36, {33, 0, 0}, 1, true, false, false, false, true, 0.5f},
+    };
+    for (const NormCase& k : cases) {
+        const std::int64_t in = k.in;
+        auto vec = [&](float lo, float hi) { return randomFloats(static_cast<std::size_t>(in), rng, lo, hi); };
+        const std::vector<float> residual = vec(-4.f, 4.f), branch = vec(-30.f, 30.f), bw = vec(0.2f, 2.f), ow = vec(0.2f, 2.f);
+        DeviceBuffer<float> dResidual(in), dBranch(in), dBw(in), dOw(in), dResidualOut(in);
+        dResidual.upload(residual);
+        dBranch.upload(branch);
+        dBw.upload(bw);
+        dOw.upload(ow);
+        dResidualOut.poison();
+        // FP64 reference of r and x.
+        std::vector<double> r(static_cast<std::size_t>(in)), x(static_cast<std::size_t>(in));
+        double ss = 0;
+        for (std::int64_t i = 0; i < in; ++i) ss += static_cast<double>(branch[i]) * branch[i];
+        const double inv1 = 1.0 / std::sqrt(ss / static_cast<double>(in) + 1e-6);
+        double ss2 = 0;
+        for (std::int64_t i = 0; i < in; ++i) {
+            double v = residual[i];
+            if (k.branch) v += branch[i] * inv1 * (k.weights ? bw[i] : 1.0);
+            v *= k.layerScalar;
+            r[i] = v;
+            ss2 += v * v;
+        }
+        const double inv2 = 1.0 / std::sqrt(ss2 / static_cast<double>(in) + 1e-6);
+        for (std::int64_t i = 0; i < in; ++i) x[i] = r[i] * inv2 * (k.weights ? ow[i] : 1.0);
+
+        const int weights = k.geglu ? 2 : k.segments;
+        std::vector<Fp4Matrix> ws;
+        std::vector<DeviceFp4> dws;
+        std::vector<TiledFp4> tws;
+        for (int s = 0; s < weights; ++s) {
+            ws.push_back(randomFp4(k.geglu ? k.outs[0] : k.outs[s], in, rng));
+            dws.push_back(upload(ws.back()));
+            if (k.tiled) tws.push_back(tileWeight(ws.back(), dws.back(), report));
+        }
+        auto codes = [&](int s) { return k.tiled ? tws[s].codes.ptr : dws[s].codes.ptr; };
+        auto scales = [&](int s) { return k.tiled ? tws[s].scaleBits() : dws[s].scales.ptr; };
+        std::vector<DeviceBuffer<float>> dys;
+        for (int s = 0; s < k.segments; ++s) dys.emplace_back(static_cast<std::size_t>(k.outs[s]));
+        Fp4MatvecParams p = oneVector(dws[0], k.outs[0], in, nullptr, dys[0].ptr);
+        p.codes = codes(0);
+        p.scales = scales(0);
+        p.tiled = k.tiled;
+        if (k.geglu) {
+            p.upCodes = codes(1);
+            p.upScales = scales(1);
+        }
+        for (int s = 1; s < k.segments; ++s) p.extra[s - 1] = {codes(s), scales(s), k.outs[s], dys[s].ptr};
+        p.extraCount = k.segments - 1;
+        p.inputNorm.residualIn = dResidual.ptr;
+        p.inputNorm.branch = k.branch ? dBranch.ptr : nullptr;
+        p.inputNorm.branchWeight = k.weights ? dBw.ptr : nullptr;
+        p.inputNorm.outWeight = k.weights ? dOw.ptr : nullptr;
+        p.inputNorm.layerScalar = k.layerScalar;
+        p.inputNorm.residualOut = k.writeResidual ? dResidualOut.ptr : nullptr;
+        for (auto& d : dys) d.poison();
+        HCHECK_STATUS(k.geglu ? gemma::cuda::launchFp4GegluMatvec(p, nullptr) : gemma::cuda::launchFp4Matvec(p, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        const std::string tag = "input norm " + k.name;
+        for (int s = 0; s < k.segments; ++s) {
+            const std::vector<float> y = dys[s].download();
+            const std::vector<float> deq = ws[s].dequantize(), deqUp = k.geglu ? ws[1].dequantize() : std::vector<float>{};
+            std::vector<float> got;
+            std::vector<double> ref;
+            for (std::int64_t o = 0; o < k.outs[s]; ++o) {
+                double dot = 0, up = 0;
+                for (std::int64_t i = 0; i < in; ++i) {
+                    dot += static_cast<double>(deq[o * in + i]) * x[i];
+                    if (k.geglu) up += static_cast<double>(deqUp[o * in + i]) * x[i];
+                }
+                got.push_back(y[o]);
+                ref.push_back(k.geglu ? geluTanhRef(dot) * up : dot);
+            }
+            report.add(tag + " y segment " + std::to_string(s), compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
+        }
+        const std::vector<float> rOut = dResidualOut.download();
+        if (k.writeResidual) {
+            report.add(tag + " residual out", compare(rOut.data(), r.data(), r.size()), 1e-6, 1e-6);
+        } else {
+            bool untouched = true;
+            for (float v : rOut) untouched &= std::isnan(v);
+            report.addCheck(tag + " residual out not written", untouched, "");
+        }
+        report.addCheck(tag + " residual in and branch intact", dResidual.download() == residual && dBranch.download() == branch, "");
+    }
+
+    // Programmatic chain: a matvec writes the branch, the normed matvec launched programmatically
+    // reads it (branch and y poisoned each round; the reference uses the GPU's own branch).
+    {
+        constexpr std::int64_t kIn = 3840, kMid = 3840, kOut = 2048;
+        const Fp4Matrix w1 = randomFp4(kMid, kIn, rng), w2 = randomFp4(kOut, kMid, rng);
+        DeviceFp4 d1 = upload(w1), d2 = upload(w2);
+        const std::vector<float> x0 = randomFloats(kIn, rng, -2.f, 2.f), residual = randomFloats(kMid, rng, -4.f, 4.f);
+        DeviceBuffer<float> dx(kIn), branch(kMid), dResidual(kMid), dResidualOut(kMid), y(kOut);
+        dx.upload(x0);
+        dResidual.upload(residual);
+        const std::vector<float> deq2 = w2.dequantize();
+        double worst = 0;
+        bool finite = true;
+        for (int round = 0; round < 20; ++round) {
+            branch.poison();
+            y.poison();
+            dResidualOut.poison();
+            Fp4MatvecParams a = oneVector(d1, kMid, kIn, dx.ptr, branch.ptr);
+            a.programmaticLaunch = true;
+            HCHECK_STATUS(gemma::cuda::launchFp4Matvec(a, nullptr));
+            Fp4MatvecParams b = oneVector(d2, kOut, kMid, nullptr, y.ptr);
+            b.programmaticLaunch = true;
+            b.inputNorm.residualIn = dResidual.ptr;
+            b.inputNorm.branch = branch.ptr;
+            b.inputNorm.residualOut = dResidualOut.ptr;
+            HCHECK_STATUS(gemma::cuda::launchFp4Matvec(b, nullptr));
+            HCHECK(cudaDeviceSynchronize());
+            const std::vector<float> hb = branch.download(), hy = y.download();
+            double ss = 0, ss2 = 0;
+            for (float v : hb) ss += static_cast<double>(v) * v;
+            const double inv1 = 1.0 / std::sqrt(ss / kMid + 1e-6);
+            std::vector<double> rr(kMid), xx(kMid);
+            for (std::int64_t i = 0; i < kMid; ++i) {
+                rr[i] = residual[i] + hb[i] * inv1;
+                ss2 += rr[i] * rr[i];
+            }
+            const double inv2 = 1.0 / std::sqrt(ss2 / kMid + 1e-6);
+            for (std::int64_t i = 0; i < kMid; ++i) xx[i] = rr[i] * inv2;
+            std::vector<double> ref;
+            for (std::int64_t o = 0; o < kOut; ++o) {
+                double dot = 0;
+                for (std::int64_t i = 0; i < kMid; ++i) dot += static_cast<double>(deq2[o * kMid + i]) * xx[i];
+                ref.push_back(dot);
+            }
+            const Compare c = compare(hy.data(), ref.data(), ref.size());
+            finite &= c.nonFinite == 0;
+            worst = std::max(worst, c.relErr);
+        }
+        char note[96];
+        std::snprintf(note, sizeof note, "20 rounds, worst rel %.2e", worst);
+        report.addCheck("programmatic chain matvec -> normed matvec", finite && worst <= 1e-4, note);
+    }
+
+    // Refusals: the fused norm exists for batch 1 on the integer tensor-core path only.
+    {
+        DeviceFp4 w = upload(randomFp4(16, 256, rng));
+        DeviceBuffer<float> a(8200), b(8200), y(16);
+        auto status = [&](auto&& edit) {
+            Fp4MatvecParams p = oneVector(w, 16, 256, nullptr, y.ptr);
+            p.inputNorm.residualIn = a.ptr;
+            p.inputNorm.residualOut = b.ptr;
+            edit(p);
+            return gemma::cuda::launchFp4Matvec(p, nullptr);
+        };
+        using gemma::cuda::KernelStatus;
+        const bool refused =
+            status([](Fp4MatvecParams& p) { p.rows = 2; }) == KernelStatus::InvalidArgument &&
+            status([](Fp4MatvecParams& p) { p.fp16X = true; }) == KernelStatus::InvalidArgument &&
+            status([](Fp4MatvecParams& p) { p.forceCudaCores = true; }) == KernelStatus::InvalidArgument &&
+            status([](Fp4MatvecParams& p) { p.inputNorm.residualOut = const_cast<float*>(p.inputNorm.residualIn); }) ==
+                KernelStatus::InvalidArgument &&
+            status([](Fp4MatvecParams& p) { p.in = 254; }) == KernelStatus::InvalidArgument &&
+            status([](Fp4MatvecParams& p) { p.in = 4100; }) == KernelStatus::InvalidArgument &&
+            status([](Fp4MatvecParams& p) { p.inputNorm.branch = p.inputNorm.residualIn + 1; }) == KernelStatus::InvalidArgument;
+        report.addCheck("launcher refuses the input norm off its path (batch, fp16 x, CUDA cores, aliasing, in % 4, in > 4096, alignment)",
+                        refused, "");
+        HCHECK(cudaDeviceSynchronize());
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -735,6 +930,7 @@ int main() {
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, /*fp16=*/true);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, /*fp16=*/true);
     runIntegerEdgeCases(rng, report);
+    runInputNorm(rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 2, rng, report);
     if (!quick) {
         runFused("12b full q/k", 3840, {8192, 512, 512}, 1, rng, report);

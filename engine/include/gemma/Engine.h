@@ -147,6 +147,11 @@ struct OpenOptions {
     // write and the split-K merge run inside the split kernel (AttentionDecode.cu, "Fusions"; same
     // results bit for bit, docs/PERFORMANCE.md version 6). false: three launches (comparisons).
     bool fusedAttention = true;
+    // CUDA: a decode step's residual norms (post-attention norm + add + pre-feedforward norm, and
+    // post-feedforward norm + add + layer scalar + the next layer's input norm) run inside the
+    // matvec that consumes them (Fp4MatvecParams::inputNorm): no norm kernels between the layers'
+    // matvecs (docs/PERFORMANCE.md version 7). false: separate norm kernels (comparisons).
+    bool fusedNorms = true;
 };
 
 struct MemoryEstimate {
