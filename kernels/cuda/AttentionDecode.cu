@@ -11,7 +11,7 @@
 // heads of its kv head from the same tiles. It keeps the running max m and sum l per head and an
 // unnormalised O = Σ exp(s − m)·V, written as partials (O, m, l). Keys past the band end inside the
 // last tile are zero-filled by cp.async (the cache is not read) and get probability 0.
-// Merge kernel: grid (qHeads, rows): M = max m_s, out = Σ e^{m_s−M} O_s / Σ e^{m_s−M} l_s.
+// Merge kernel: grid (qHeads, rows, headDim / 128): M = max m_s, out = Σ e^{m_s−M} O_s / Σ e^{m_s−M} l_s.
 // Splits that received no keys write only m = −inf, l = 0 (no O) and the merge sums the O of the
 // others only (they form a prefix).
 //
@@ -56,7 +56,9 @@ namespace attndetail {
 constexpr int kThreads = 128;
 constexpr int kTileKBytes = 8192;
 constexpr int kMaxHeadsPerThread = 8;
-constexpr int kMaxSplits = 256;
+constexpr int kMaxSplits = 512;
+constexpr int kMaxBlocksPerSm = 4;    // the split kernel's registers (≤ 128 × 128 threads) allow 4
+constexpr int kMergeDims = kThreads;  // dims per block of the merge kernel (one per thread)
 constexpr std::size_t kCounterBytes = 1024;  // merge counters at the workspace's start
 constexpr int kMaxCounters = static_cast<int>(kCounterBytes / sizeof(int));
 
@@ -99,13 +101,17 @@ __device__ __forceinline__ void load8(const unsigned char* row, int piece, float
     }
 }
 
-// Merges query head h of `row` from its splits' partials into out. Every thread of the block
-// calls it (block-wide barriers). Partials are read through L2 (__ldcg): in the fused form other
-// blocks of the same launch wrote them.
+// Merges dims [dimBegin, dimEnd) of query head h of `row` from its splits' partials into out.
+// Every thread of the block calls it (block-wide barriers). Partials are read through L2
+// (__ldcg): in the fused form other blocks of the same launch wrote them. Each output element's
+// arithmetic depends on its dim and the splits only (not on the thread or the dim range), so the
+// fused merge (all dims in one block) and the merge kernel (dims spread over blocks) give the same
+// bits.
 // `weights` (kMaxSplits floats) and `scratch` (32 floats) are shared memory.
 __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const float* __restrict__ partML, int splits,
                                           int qHeads, int headDim, int h, int row, float* __restrict__ out,
-                                          std::int64_t outStride, float* weights, float* scratch) {
+                                          std::int64_t outStride, float* weights, float* scratch, int dimBegin,
+                                          int dimEnd) {
     // Latency-bound (a decode step merges a few dozen splits per head): every split's (m, l) is
     // read by its own thread, the maximum is a block reduction, and the O sum keeps four
     // independent accumulators so four partial loads are in flight per thread. (The first
@@ -149,9 +155,19 @@ __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const
     const float l = blockSum(lPart, scratch);  // its barriers also publish `weights`
     const float invL = 1.0f / l;
     const float* o = partO + base * headDim;
-    for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
+    for (int d = dimBegin + static_cast<int>(threadIdx.x); d < dimEnd; d += blockDim.x) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         int s = 0;
+        // 16 loads in flight (at depth every split is live: a 12b full layer at 32K merged 256
+        // splits at 4 loads a round trip in 89 µs, Nsight Compute, version 7), the same fma order
+        // per accumulator as the 4-split steps below.
+        for (; s + 16 <= active; s += 16) {
+            float v[16];
+#pragma unroll
+            for (int k = 0; k < 16; ++k) v[k] = __ldcg(o + static_cast<std::int64_t>(s + k) * headDim + d);
+#pragma unroll
+            for (int k = 0; k < 16; ++k) acc[k & 3] = fmaf(weights[s + k], v[k], acc[k & 3]);
+        }
         for (; s + 4 <= active; s += 4) {
 #pragma unroll
             for (int u = 0; u < 4; ++u)
@@ -418,7 +434,7 @@ __global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecode
     float* weights = reinterpret_cast<float*>(smem);
     float* scratch = weights + kMaxSplits;
     for (int h = 0; h < g; ++h)
-        mergeHead(partO, partML, splits, p.qHeads, D, kvh * g + h, row, p.out, p.outStride, weights, scratch);
+        mergeHead(partO, partML, splits, p.qHeads, D, kvh * g + h, row, p.out, p.outStride, weights, scratch, 0, D);
     if (tid == 0) *counter = 0;
 }
 
@@ -429,7 +445,9 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
     __shared__ float scratch[32];
     gridDependencyWait();      // the partials come from the split kernel (PDL)
     allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
-    mergeHead(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride, weights, scratch);
+    const int dimBegin = static_cast<int>(blockIdx.z) * kMergeDims;
+    const int dimEnd = dimBegin + kMergeDims < headDim ? dimBegin + kMergeDims : headDim;
+    mergeHead(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride, weights, scratch, dimBegin, dimEnd);
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
@@ -437,13 +455,23 @@ inline int tileKeys(int headDim, KvDtype dtype) {
     return kTileKBytes / (headDim * static_cast<int>(kvElementBytes(dtype)));
 }
 
-inline int chooseSplits(const AttentionDecodeParams& p, int smCount) {
+// Splits per (row, kv head): pieces of at least 2 tiles, and as many blocks as the device holds
+// at once (the split kernel is latency-bound: at depth, more resident blocks mean more tiles in
+// flight). Version 7 of docs/PERFORMANCE.md raised the resident count from 2 per SM to what the
+// registers and shared memory allow (a 12b full layer: 3 per SM, 396 splits instead of 256).
+inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     if (p.splits > 0) return p.splits < kMaxSplits ? p.splits : kMaxSplits;
     const int tile = tileKeys(p.headDim, p.kvDtype);
     const std::int64_t band = p.maxBand > 0 ? p.maxBand : p.capacity;
     std::int64_t byLength = (band + 2 * tile - 1) / (2 * tile);  // >= 2 tiles per split
     const std::int64_t blocksPerSplit = static_cast<std::int64_t>(p.kvHeads) * p.rows;
-    std::int64_t bySm = (2 * static_cast<std::int64_t>(smCount) + blocksPerSplit - 1) / blocksPerSplit;
+    constexpr std::size_t kReservedPerBlock = 1024;  // the runtime's shared memory per block
+    const std::size_t smem = attentionSmemBytes(p.headDim, static_cast<int>(kvElementBytes(p.kvDtype)), p.qHeads / p.kvHeads) +
+                             kReservedPerBlock;
+    std::int64_t perSm = static_cast<std::int64_t>(static_cast<std::size_t>(facts.maxSharedPerSm) / smem);
+    if (perSm > kMaxBlocksPerSm) perSm = kMaxBlocksPerSm;
+    if (perSm < 2) perSm = 2;
+    std::int64_t bySm = (perSm * facts.smCount + blocksPerSplit - 1) / blocksPerSplit;
     std::int64_t s = byLength < bySm ? byLength : bySm;
     if (s < 1) s = 1;
     if (s > kMaxSplits) s = kMaxSplits;
@@ -473,7 +501,7 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
     const cudaError_t err = launchKernel(attentionSplitKernel<D, KvT>, grid, dim3(kThreads), smem, stream,
                                          p.programmaticLaunch, p, partO, partML, counters);
     if (err != cudaSuccess || p.fuseMerge) return err;
-    const dim3 mergeGrid(static_cast<unsigned>(p.qHeads), static_cast<unsigned>(p.rows));
+    const dim3 mergeGrid(static_cast<unsigned>(p.qHeads), static_cast<unsigned>(p.rows), static_cast<unsigned>((D + kMergeDims - 1) / kMergeDims));
     return launchKernel(attentionMergeKernel, mergeGrid, dim3(kThreads), 0, stream, p.programmaticLaunch, partO, partML,
                         splits, p.qHeads, D, p.out, p.outStride);
 }
@@ -483,7 +511,7 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 int attentionDecodeSplits(const AttentionDecodeParams& p) {
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return 0;
-    return attndetail::chooseSplits(p, facts.smCount);
+    return attndetail::chooseSplits(p, facts);
 }
 
 std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& p) {
@@ -516,7 +544,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
     if (attentionSmemBytes(p.headDim, static_cast<int>(eb), g) >
         static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
         return KernelStatus::Unsupported;
-    const int splits = chooseSplits(p, facts.smCount);
+    const int splits = chooseSplits(p, facts);
     if (p.workspaceBytes < attentionDecodeWorkspaceBytes(p)) return KernelStatus::InvalidArgument;
     if ((p.fuseNormRope || p.fuseMerge) && (p.rows != 1 || p.kvHeads > kMaxCounters)) return KernelStatus::InvalidArgument;
     if (p.fuseNormRope) {

@@ -419,6 +419,8 @@ int main() {
     };
     if (!quick) {
         fx.push_back({"mqa full len=allocation 32768", 16, 1, 512, 0, 32768, B, {32767}, false, 0, false, true});
+        fx.push_back({"mqa full f32 len=allocation 32768", 16, 1, 512, 0, 32768, F, {32767}, false, 0, false, true});
+        fx.push_back({"gqa sliding f32 window 1024 full band", 16, 8, 256, 1024, 1024, F, {50000}, false, 0, false, true});
         fx.push_back({"gqa sliding 12b window 1024 full band", 16, 8, 256, 1024, 1024, B, {50000}, false, 0, false, true});
         fx.push_back({"31b full 4kv 16K band", 32, 4, 512, 0, 16384, B, {16383}, false, 0, false, true});
     } else {
