@@ -57,7 +57,7 @@ constexpr int kThreads = 128;
 constexpr int kTileKBytes = 8192;
 constexpr int kMaxHeadsPerThread = 8;
 constexpr int kMaxSplits = 512;
-constexpr int kMaxBlocksPerSm = 4;    // the split kernel's registers (≤ 128 × 128 threads) allow 4
+constexpr int kMaxBlocksPerSm = 4;    // head dims >= 128: the split kernel's launch bounds allow 4 per SM
 constexpr int kMergeDims = kThreads;  // dims per block of the merge kernel (one per thread)
 constexpr std::size_t kCounterBytes = 1024;  // merge counters at the workspace's start
 constexpr int kMaxCounters = static_cast<int>(kCounterBytes / sizeof(int));
@@ -181,8 +181,11 @@ __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const
 }
 
 // ---- kernels -----------------------------------------------------------------------------------------
+// Registers bounded for kMaxBlocksPerSm resident blocks at head dims >= 128 (chooseSplits sizes
+// the grid for that many; unbounded, the fused merge's loads took the kernel to 145 registers,
+// 3 blocks per SM).
 template <int D, typename KvT>
-__global__ void __launch_bounds__(kThreads) attentionSplitKernel(AttentionDecodeParams p,
+__global__ void __launch_bounds__(kThreads, D >= 128 ? kMaxBlocksPerSm : 1) attentionSplitKernel(AttentionDecodeParams p,
                                                                   float* __restrict__ partO,
                                                                   float* __restrict__ partML,
                                                                   int* __restrict__ counters) {
@@ -469,7 +472,10 @@ inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts
     const std::size_t smem = attentionSmemBytes(p.headDim, static_cast<int>(kvElementBytes(p.kvDtype)), p.qHeads / p.kvHeads) +
                              kReservedPerBlock;
     std::int64_t perSm = static_cast<std::int64_t>(static_cast<std::size_t>(facts.maxSharedPerSm) / smem);
-    if (perSm > kMaxBlocksPerSm) perSm = kMaxBlocksPerSm;
+    // The launch bounds' residency (head dims below 128, the small test models, leave the
+    // registers unbounded: 2 per SM as before).
+    const int maxPerSm = p.headDim >= 128 ? kMaxBlocksPerSm : 2;
+    if (perSm > maxPerSm) perSm = maxPerSm;
     if (perSm < 2) perSm = 2;
     std::int64_t bySm = (perSm * facts.smCount + blocksPerSplit - 1) / blocksPerSplit;
     std::int64_t s = byLength < bySm ? byLength : bySm;
