@@ -58,6 +58,19 @@ public:
         return std::span<const float>(decodeLogits_);
     }
 
+    // One decode step's `count` best logits in Sampler::sampleFromBest's order (Sampler::bestOf:
+    // larger logit first, then lower id; NaN as -inf, -0 as +0), min(count, vocab) of them, in
+    // memory the backend owns, valid until the next call on this backend. Sampling with top-k
+    // (Sampler::samplesFromBest) needs no more than these. This default selects on the host from
+    // decodeLogits(); the CUDA backend selects on the device (kernels/cuda/TopK.cu) and copies
+    // count × 8 bytes instead of the row.
+    virtual Expected<std::span<const RankedLogit>> decodeBest(std::int32_t token, int startPosition, int count, StepStats* stats) {
+        auto row = decodeLogits(token, startPosition, stats);
+        if (!row) return row.status();
+        Sampler::bestOf(*row, count, decodeBest_);
+        return std::span<const RankedLogit>(decodeBest_);
+    }
+
     // Greedy decoding without logits on the host: step i runs, at startPosition + i, `token` (step
     // 0) or the id step i − 1 chose, and hands its choice (Sampler::argmax of the step's logits:
     // the lowest id wins ties, NaN never wins) to onToken with the step's uninstrumented stats
@@ -88,6 +101,7 @@ public:
 
 private:
     std::vector<float> decodeLogits_;
+    std::vector<RankedLogit> decodeBest_;
 };
 
 // The preconditions every backend's forward() checks first (one place, one set of messages).

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -32,6 +33,7 @@
 #include "NormRopeCache.h"
 #include "RmsNorm.h"
 #include "StreamRead.h"
+#include "TopK.h"
 #include "reference/ReferenceOps.h"
 
 namespace gemma {
@@ -353,6 +355,28 @@ public:
         return std::span<const float>(hostLogits_.host<float>(), static_cast<std::size_t>(config_.vocabSize));
     }
 
+    // The device selects the best entries (TopK.cu) into page-locked memory it writes directly:
+    // count × 8 bytes cross the bus instead of the 1 MB row.
+    Expected<std::span<const RankedLogit>> decodeBest(std::int32_t token, int startPosition, int count, StepStats* stats) override {
+        if (stats || !graphWanted_ || count < 1 || count > kc::kTopKMaxCount) return Backend::decodeBest(token, startPosition, count, stats);
+        const std::int32_t input[1] = {token};
+        GEMMA_RETURN_IF_ERROR(checkForwardRequest(input, startPosition, position_, allocation_, config_.vocabSize));
+        bool usedGraph = false;
+        GEMMA_RETURN_IF_ERROR(decodeStep(token, startPosition, usedGraph));
+        kc::TopKParams t;
+        t.logits = logits_.as<float>();
+        t.vocab = config_.vocabSize;
+        t.count = count;
+        t.out = hostBest_.device<kc::TopKEntry>();
+        t.workspace = topKWorkspace_.as<void>();
+        t.workspaceBytes = topKWorkspace_.bytes();
+        t.programmaticLaunch = programmaticLaunch_;
+        GEMMA_RETURN_IF_ERROR(kernelError(kc::launchTopK(t, stream_), "top-k"));
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
+        position_ += 1;
+        return std::span<const RankedLogit>(hostBest_.host<RankedLogit>(), static_cast<std::size_t>(std::min<std::int64_t>(count, config_.vocabSize)));
+    }
+
 private:
     // One single-token decode step (the graph when it passed its self-check), its logits copied
     // to `hostOut` (vocab floats); the request was checked by the caller.
@@ -563,6 +587,8 @@ private:
         GEMMA_RETURN_IF_ERROR(argmaxWorkspace_.allocateZeroed(kc::argmaxWorkspaceBytes(greedyArgmaxParams()), "workspace"));
         GEMMA_RETURN_IF_ERROR(greedyHistory_.allocate(kGreedyHistory * sizeof(std::int32_t), "greedy decoding history"));
         GEMMA_RETURN_IF_ERROR(hostLogits_.allocate(static_cast<std::size_t>(c.vocabSize) * 4, "page-locked logits"));
+        GEMMA_RETURN_IF_ERROR(hostBest_.allocate(sizeof(kc::TopKEntry) * kc::kTopKMaxCount, "page-locked best logits"));
+        GEMMA_RETURN_IF_ERROR(topKWorkspace_.allocateZeroed(kc::topKWorkspaceBytes(c.vocabSize, kc::kTopKMaxCount), "workspace"));
         if (ple > 0) {
             GEMMA_RETURN_IF_ERROR(perLayerInputs_.allocateZeroed(R * ple * 4, "workspace"));
             GEMMA_RETURN_IF_ERROR(perLayerIdentity_.allocateZeroed(R * ple * 4, "workspace"));
@@ -1286,6 +1312,10 @@ private:
     DeviceBuffer argmaxWorkspace_;
     MappedHostBuffer greedyHistory_;
     MappedHostBuffer hostLogits_;  // decodeLogits(): one row, page-locked (the GPU copies into it)
+    MappedHostBuffer hostBest_;    // decodeBest(): kTopKMaxCount entries the top-k kernel writes
+    DeviceBuffer topKWorkspace_;
+    static_assert(sizeof(kc::TopKEntry) == sizeof(RankedLogit) && offsetof(kc::TopKEntry, id) == offsetof(RankedLogit, id),
+                  "the top-k kernel writes RankedLogit entries");
     cudaGraphExec_t greedyGraph_ = nullptr;
     cudaEvent_t greedyEvents_[2] = {nullptr, nullptr};
     bool greedyFailed_ = false;

@@ -259,6 +259,10 @@ public:
         // Greedy choices with no penalty and no logits wanted: the backend picks on the device
         // and chains steps there (Backend::decodeGreedy), between the instrumented steps.
         const bool greedyOnBackend = Sampler::isPlainArgmax(request.sampling) && !request.onLogits;
+        // Top-k sampling without a penalty needs only the row's best entries (Sampler::
+        // sampleFromBest, the same draws as sample()): the backend selects them (on the device
+        // for CUDA) instead of handing over the whole row.
+        const bool bestOnBackend = Sampler::samplesFromBest(request.sampling) && !request.onLogits;
         const int every = std::max(0, request.instrumentEvery);
         int decodeSteps = 0;  // steps run after the prefill
         while (!finished) {
@@ -280,14 +284,25 @@ public:
             StepStats step;
             step.position = position;
             const auto stepStart = Clock::now();
-            auto row = backend_->decodeLogits(history.back(), position, instrumentThis ? &step : nullptr);
-            if (!row) return row.status();
-            if (request.onLogits) request.onLogits(position, row->data(), static_cast<std::int32_t>(vocab));
+            std::int32_t next = 0;
+            double sampleMs = 0.0;
+            if (bestOnBackend) {
+                auto best = backend_->decodeBest(history.back(), position, Sampler::bestCount(request.sampling), instrumentThis ? &step : nullptr);
+                if (!best) return best.status();
+                const auto sampleStart = Clock::now();
+                next = sampler->sampleFromBest(*best);
+                sampleMs = msSince(sampleStart);
+            } else {
+                auto row = backend_->decodeLogits(history.back(), position, instrumentThis ? &step : nullptr);
+                if (!row) return row.status();
+                if (request.onLogits) request.onLogits(position, row->data(), static_cast<std::int32_t>(vocab));
+                const auto sampleStart = Clock::now();
+                next = sampler->sample(*row, history);
+                sampleMs = msSince(sampleStart);
+            }
             ++position;
             ++decodeSteps;
-            const auto sampleStart = Clock::now();
-            const std::int32_t next = sampler->sample(*row, history);
-            step.bucketMs[static_cast<int>(Bucket::Sampling)] += msSince(sampleStart);
+            step.bucketMs[static_cast<int>(Bucket::Sampling)] += sampleMs;
             step.launches[static_cast<int>(Bucket::Sampling)] += 1;
             step.graph = !instrumentThis && backend_->graphActive();
             finishStep(step, stepStart, instrumentThis);
@@ -327,7 +342,8 @@ public:
         status = backend_->forward(prompt, 0, false, logits, nullptr);
         result.prefillMs = msSince(prefillStart);
         double totalMs = 0.0;
-        const bool chain = !request.instrumented && !request.hostSampling;
+        const bool chain = !request.instrumented && !request.hostSampling && !request.topKSampling;
+        Sampler defaultSampler{SamplingParams{}};  // topKSampling's draws
         if (status && chain) {
             // What greedy generation runs: the backend's device-side argmax chain.
             bool stopped = false;
@@ -345,6 +361,7 @@ public:
             }
         }
         std::span<const float> last = logits;  // the prefill's row, then each step's
+        std::int32_t sampledToken = 0;         // topKSampling: the id drawn at the previous step
         for (int i = 0; status && !chain && i < request.decodeTokens; ++i) {
             if (cancelRequested()) {
                 status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
@@ -353,9 +370,17 @@ public:
             StepStats step;
             step.position = request.promptTokens + i;
             const auto start = Clock::now();
-            auto row = backend_->decodeLogits(Sampler::argmax(last), step.position, request.instrumented ? &step : nullptr);
-            status = row.status();
-            if (row) last = *row;
+            if (request.topKSampling && !request.instrumented) {
+                // last holds no row on this path: the next id is the previous draw.
+                const std::int32_t token = i == 0 ? Sampler::argmax(logits) : sampledToken;
+                auto best = backend_->decodeBest(token, step.position, Sampler::bestCount(SamplingParams{}), nullptr);
+                status = best.status();
+                if (best) sampledToken = defaultSampler.sampleFromBest(*best);
+            } else {
+                auto row = backend_->decodeLogits(Sampler::argmax(last), step.position, request.instrumented ? &step : nullptr);
+                status = row.status();
+                if (row) last = *row;
+            }
             step.graph = !request.instrumented && backend_->graphActive();
             finishStep(step, start, request.instrumented);
             totalMs += step.wallMs;

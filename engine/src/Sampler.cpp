@@ -330,6 +330,12 @@ Sampler::Plan Sampler::plan(std::span<const float> logits, std::span<const std::
     } else {
         maxLogit = collectAll();  // id order
     }
+    return planCandidates(topK, maxLogit);
+}
+
+Sampler::Plan Sampler::planCandidates(bool topK, float maxLogit) {
+    Plan plan;
+    plan.fixed = true;
     if (candidates_.empty()) {  // cannot happen (possible > 0); a guard, not a crash, if it did
         plan.token = 0;
         return plan;
@@ -387,9 +393,11 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
     const bool draws = status_.isOk() && !params_.greedy && params_.temperature > 0.0f;
     const double u = draws ? nextUniform() : 0.0;
 
-    const Plan p = plan(logits, history);
-    if (p.fixed) return p.token;
+    return draw(plan(logits, history), u);
+}
 
+std::int32_t Sampler::draw(const Plan& p, double u) const {
+    if (p.fixed) return p.token;
     const double target = u * p.total;
     double cumulative = 0.0;
     for (const Candidate& c : candidates_) {
@@ -400,6 +408,46 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
     for (auto it = candidates_.rbegin(); it != candidates_.rend(); ++it)
         if (it->weight > 0.0) return it->id;
     return candidates_.front().id;  // unreachable: the top candidate always has weight 1
+}
+
+bool Sampler::samplesFromBest(const SamplingParams& params) {
+    return validate(params).isOk() && !params.greedy && params.temperature > 0.0f && params.repeatPenalty == 1.0f &&
+           params.topK >= 1 && params.topK <= kMaxBestTopK;
+}
+
+void Sampler::bestOf(std::span<const float> logits, int count, std::vector<RankedLogit>& out) {
+    out.clear();
+    if (count < 1) return;
+    const auto n = static_cast<std::int64_t>(logits.size());
+    const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count, n));
+    std::vector<RankedLogit> all(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float v = sanitized(logits[static_cast<std::size_t>(i)]);
+        all[static_cast<std::size_t>(i)] = {v == 0.0f ? 0.0f : v, static_cast<std::int32_t>(i)};  // -0 ranks as +0
+    }
+    std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), Better{});
+    out.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+}
+
+std::int32_t Sampler::sampleFromBest(std::span<const RankedLogit> best) {
+    if (best.empty()) return -1;
+    if (!samplesFromBest(params_)) {  // not a supported use: the best entry, no draw
+        return best.front().logit > kImpossible ? best.front().id : 0;
+    }
+    const double u = nextUniform();  // sample() draws first as well
+    // sample()'s plan: possible = the tokens above -inf; top-k applies when k < possible, and
+    // the entry after the first k (when given) says whether more than k are possible.
+    std::size_t possible = 0;
+    while (possible < best.size() && best[possible].logit > kImpossible) ++possible;
+    const auto k = static_cast<std::size_t>(params_.topK);
+    if (possible == 0) return draw(Plan{true, 0, 0.0}, u);  // every token impossible
+    candidates_.clear();
+    const bool topK = k < possible;
+    const std::size_t take = topK ? k : possible;
+    for (std::size_t i = 0; i < take; ++i) candidates_.push_back({0.0, best[i].logit, best[i].id});
+    // sample() keeps the top-k sorted best first (as given) and all-possible rows in id order.
+    if (!topK) std::sort(candidates_.begin(), candidates_.end(), ById{});
+    return draw(planCandidates(topK, candidates_.empty() ? kImpossible : best.front().logit), u);
 }
 
 std::span<const TokenProbability> Sampler::distribution(std::span<const float> logits,

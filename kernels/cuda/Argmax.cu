@@ -3,9 +3,9 @@
 // NaN/−inf yields index 0.
 //
 // Why on the device: greedy decoding then copies 4 bytes per step instead of the 1 MB logit row,
-// and the step stays one CUDA graph. Temperature/top-k/top-p sampling runs on the host over the
-// copied logits (engine Sampler, a pure function): the copy is ~1 MB per token, small next to
-// the step, and keeps one sampler implementation for both backends.
+// and the step stays one CUDA graph. Sampling with top-k copies the row's best entries instead
+// (TopK.cu) and draws on the host (engine Sampler::sampleFromBest, one sampler implementation for
+// both backends); other sampling settings copy the whole row.
 //
 // One launch: grid (blocksPerRow, rows); each block reduces a contiguous slice to (value, index),
 // writes it to the workspace, and the last block of a row to finish (threadfence + atomic

@@ -315,4 +315,24 @@ void scaleInPlace(float* x, std::int64_t n, float s) {
     for (std::int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void topK(const float* logits, std::int64_t n, int count, float* outLogits, std::int32_t* outIds) {
+    struct Entry {
+        float logit;
+        std::int32_t id;
+    };
+    std::vector<Entry> all(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+        float v = logits[i] > -std::numeric_limits<float>::infinity() ? logits[i] : -std::numeric_limits<float>::infinity();
+        if (v == 0.0f) v = 0.0f;
+        all[static_cast<std::size_t>(i)] = {v, static_cast<std::int32_t>(i)};
+    }
+    const auto k = static_cast<std::ptrdiff_t>(std::min<std::int64_t>(count, n));
+    std::partial_sort(all.begin(), all.begin() + k, all.end(),
+                      [](const Entry& a, const Entry& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
+    for (std::ptrdiff_t i = 0; i < k; ++i) {
+        outLogits[i] = all[static_cast<std::size_t>(i)].logit;
+        outIds[i] = all[static_cast<std::size_t>(i)].id;
+    }
+}
+
 }  // namespace gemma::reference

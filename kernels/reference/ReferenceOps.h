@@ -122,4 +122,9 @@ void addInPlace(float* y, const float* x, std::int64_t n);
 // x[i] *= s
 void scaleInPlace(float* x, std::int64_t n, float s);
 
+// The min(count, n) best entries of logits[0, n): larger logit first, then lower index, NaN
+// counted (and reported) as -inf, -0 as +0 (the order of the engine's Sampler). Writes
+// outLogits[i], outIds[i] for i < min(count, n).
+void topK(const float* logits, std::int64_t n, int count, float* outLogits, std::int32_t* outIds);
+
 }  // namespace gemma::reference

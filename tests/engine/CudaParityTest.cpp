@@ -197,6 +197,32 @@ TEST(CudaGraph, DecodeGraphPassesItsSelfCheck) {
     EXPECT_NE((*engine)->info().backend.find("greedy chain on (self-check passed"), std::string::npos) << (*engine)->info().backend;
 }
 
+// Top-k sampling without logits wanted: the CUDA backend selects the best entries on the device
+// (TopK.cu, Backend::decodeBest) and the host draws from them; with an onLogits callback the
+// host draws from whole rows. Same seed, same ids, over a decode that wraps the sliding rings.
+TEST(CudaTopK, DeviceBestEntriesSampleLikeWholeRows) {
+    const fs::path folder = gemma::test::goldens() / "e2b_like";
+    gemma::test::ScratchDir scratch("topk");
+    ASSERT_TRUE(gemma::quantizeCheckpoint(folder / "hf", scratch / "model.gemma", {}));
+    auto engine = gemma::Engine::open(scratch / "model.gemma", gemma::OpenOptions{gemma::Device::Cuda, 256});
+    ASSERT_TRUE(engine) << engine.status().message();
+    for (const int topK : {1, 8, 64}) {
+        gemma::GenerationRequest request;
+        request.rawTokens = {2, 40, 41, 42, 43};
+        request.maxNewTokens = 40;
+        request.stopAtEndOfTurn = false;
+        request.sampling.topK = topK;
+        request.sampling.temperature = 1.5f;
+        request.sampling.seed = 99 + static_cast<std::uint64_t>(topK);
+        auto fromBest = (*engine)->generate(request, {});
+        request.onLogits = [](std::int32_t, const float*, std::int32_t) {};
+        auto fromRows = (*engine)->generate(request, {});
+        ASSERT_TRUE(fromBest && fromRows);
+        EXPECT_EQ(fromBest->generatedTokens, 40);
+        EXPECT_EQ(fromBest->tokens, fromRows->tokens) << "top-k " << topK;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaParity, ::testing::ValuesIn(goldenModels()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -122,6 +122,26 @@ TEST_F(EngineFixture, GreedyChainMatchesTheHostPathAndTimesEveryNthStep) {
     }
 }
 
+// Top-k sampling without logits wanted draws from the backend's best entries
+// (Backend::decodeBest); with an onLogits callback it draws from whole rows. Same seed, same ids.
+TEST_F(EngineFixture, TopKSamplingFromBestEntriesMatchesWholeRows) {
+    for (const int topK : {1, 5, 64}) {
+        auto request = rawRequest(16);
+        request.sampling = gemma::SamplingParams{};
+        request.sampling.topK = topK;
+        request.sampling.temperature = 1.5f;  // a flatter distribution: more draws matter
+        request.sampling.seed = 1234 + static_cast<std::uint64_t>(topK);
+        auto fromBest = engine_->generate(request, {});
+        int rows = 0;
+        request.onLogits = [&](std::int32_t, const float*, std::int32_t) { ++rows; };
+        auto fromRows = engine_->generate(request, {});
+        ASSERT_TRUE(fromBest && fromRows);
+        EXPECT_GT(rows, 16);  // the prompt's rows and every decode step's
+        EXPECT_EQ(fromBest->tokens, fromRows->tokens) << "top-k " << topK;
+        EXPECT_EQ(fromBest->generatedTokens, 16);
+    }
+}
+
 TEST_F(EngineFixture, BenchmarkDecodeRestoresTheAllocation) {
     gemma::DecodeBenchmarkRequest request;
     request.contextAllocation = 128;

@@ -801,3 +801,84 @@ TEST(SamplerPlainArgmax, OnlyValidGreedyWithoutPenalty) {
     p.topP = 0.0f;  // invalid: create() refuses it, so nothing may bypass the sampler
     EXPECT_FALSE(gemma::Sampler::isPlainArgmax(p));
 }
+
+namespace gemma {
+namespace {
+
+// sampleFromBest (the device top-k path) must be sample() itself: the same ids and the same RNG
+// advance on every row, given the row's bestCount best entries. Rows with heavy ties (values on
+// a coarse grid, so the top-k boundary falls inside a tie), -inf and NaN entries (fewer possible
+// tokens than k, exactly k, k + 1), ±0, +inf, and vocabularies shorter than k + 1.
+TEST(SamplerFromBest, SameDrawsAsTheWholeRow) {
+    std::mt19937_64 rng(7);
+    const std::vector<int> vocabs = {1, 2, 5, 63, 64, 65, 66, 300, 4096};
+    const std::vector<gemma::SamplingParams> settings = {
+        [] { gemma::SamplingParams p; return p; }(),  // the defaults: T 1, k 64, p 0.95
+        [] { gemma::SamplingParams p; p.topK = 1; return p; }(),
+        [] { gemma::SamplingParams p; p.topK = 2; p.topP = 1.0f; return p; }(),
+        [] { gemma::SamplingParams p; p.topK = 40; p.topP = 0.5f; p.minP = 0.05f; p.temperature = 0.7f; return p; }(),
+        [] { gemma::SamplingParams p; p.topK = 64; p.topP = 1.0f; p.temperature = 2.5f; return p; }(),
+        [] { gemma::SamplingParams p; p.topK = 7; p.topP = 0.9f; p.minP = 0.2f; p.temperature = 1.3f; return p; }(),
+    };
+    std::vector<gemma::RankedLogit> best;
+    int rows = 0;
+    for (std::size_t s = 0; s < settings.size(); ++s) {
+        gemma::SamplingParams params = settings[s];
+        params.seed = 1000 + s;
+        ASSERT_TRUE(gemma::Sampler::samplesFromBest(params));
+        for (const int vocab : vocabs) {
+            gemma::Sampler whole(params), fromBest(params);
+            for (int draw = 0; draw < 40; ++draw, ++rows) {
+                std::vector<float> row(static_cast<std::size_t>(vocab));
+                const int grid = draw % 3 == 0 ? 4 : 64;  // coarse grids make many equal logits
+                for (auto& v : row) v = static_cast<float>(std::uniform_int_distribution<int>(-grid, grid)(rng)) / 8.0f;
+                // A share of impossible entries: none, some, or nearly all (possible < k).
+                const int impossible = draw % 4 == 1 ? vocab / 3 : draw % 4 == 2 ? std::max(0, vocab - 3) : 0;
+                for (int i = 0; i < impossible; ++i) {
+                    const auto at = static_cast<std::size_t>(std::uniform_int_distribution<int>(0, vocab - 1)(rng));
+                    row[at] = i % 2 ? -kInf : kNaN;
+                }
+                if (draw % 5 == 3) row[static_cast<std::size_t>(vocab / 2)] = -0.0f;
+                if (draw == 17) row[0] = kInf;
+                gemma::Sampler::bestOf(row, gemma::Sampler::bestCount(params), best);
+                ASSERT_EQ(best.size(), std::min<std::size_t>(row.size(), static_cast<std::size_t>(params.topK + 1)));
+                const std::int32_t expected = whole.sample(row, Ids{});
+                ASSERT_EQ(fromBest.sampleFromBest(best), expected)
+                    << "setting " << s << ", vocab " << vocab << ", draw " << draw;
+            }
+        }
+    }
+    EXPECT_EQ(rows, static_cast<int>(settings.size() * vocabs.size() * 40));
+}
+
+TEST(SamplerFromBest, BestOfOrderAndSupportedParameters) {
+    std::vector<gemma::RankedLogit> best;
+    gemma::Sampler::bestOf(std::vector<float>{1.0f, kNaN, 3.0f, -0.0f, 3.0f, -kInf, 0.0f}, 5, best);
+    ASSERT_EQ(best.size(), 5u);
+    const Ids ids = {2, 4, 0, 3, 6};  // 3 (lower id first), 1, then ±0 ranked as equals by id
+    for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(best[i].id, ids[i]) << i;
+    EXPECT_FALSE(std::signbit(best[3].logit));  // -0 is reported as +0
+    gemma::Sampler::bestOf(std::vector<float>{kNaN, -kInf}, 5, best);
+    ASSERT_EQ(best.size(), 2u);
+    EXPECT_EQ(best[0].id, 0);  // both impossible: by id
+    EXPECT_EQ(best[0].logit, -kInf);
+
+    gemma::SamplingParams p;
+    EXPECT_TRUE(gemma::Sampler::samplesFromBest(p));  // the defaults
+    EXPECT_EQ(gemma::Sampler::bestCount(p), 65);
+    p.topK = 0;
+    EXPECT_FALSE(gemma::Sampler::samplesFromBest(p));  // the whole row can survive
+    p.topK = gemma::Sampler::kMaxBestTopK + 1;
+    EXPECT_FALSE(gemma::Sampler::samplesFromBest(p));
+    p.topK = 10;
+    p.repeatPenalty = 1.2f;
+    EXPECT_FALSE(gemma::Sampler::samplesFromBest(p));  // the penalty reorders the row
+    p.repeatPenalty = 1.0f;
+    p.greedy = true;
+    EXPECT_FALSE(gemma::Sampler::samplesFromBest(p));  // greedy has its own device path
+    gemma::Sampler all(gemma::SamplingParams{});
+    EXPECT_EQ(all.sampleFromBest({}), -1);
+}
+
+}  // namespace
+}  // namespace gemma

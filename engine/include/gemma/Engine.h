@@ -175,6 +175,10 @@ struct DecodeBenchmarkRequest {
     // Plain runs: copy each step's logits and choose on the host (the path sampling with a
     // temperature takes) instead of the device-side greedy chain (Backend::decodeGreedy).
     bool hostSampling = false;
+    // Plain runs: draw each token with the default SamplingParams (temperature 1, top-k 64,
+    // top-p 0.95, seed 0) from the backend's best entries (Backend::decodeBest: on the device for
+    // CUDA), the path the app's default sampling takes. Takes precedence over hostSampling.
+    bool topKSampling = false;
 };
 struct DecodeBenchmarkResult {
     int contextAllocation = 0;

@@ -21,6 +21,12 @@
 
 namespace gemma {
 
+// One entry of a row's best logits (Sampler::sampleFromBest, Backend::decodeBest).
+struct RankedLogit {
+    float logit = 0.0f;
+    std::int32_t id = 0;
+};
+
 // One surviving token of the final distribution and its renormalised probability.
 struct TokenProbability {
     std::int32_t id = 0;
@@ -70,6 +76,21 @@ public:
     // logits are (Backend::decodeGreedy).
     static bool isPlainArgmax(const SamplingParams& params);
 
+    // sample() from a row's best entries alone: for parameters where samplesFromBest() holds,
+    // `best` = the row's bestCount(params) best entries (all of them when the row is shorter), in
+    // the order: larger logit first, then lower id, with NaN counted as -inf and -0 as +0
+    // (bestOf() makes it from a whole row; the CUDA backend's TopK kernel on the device).
+    // The result, and the RNG's advance, equal sample(row, history) for every history: only
+    // the top-k survivors ever carry mass, and the entry past them says whether more than k
+    // tokens were possible (which decides how sample() ranks them). An empty span gives -1.
+    std::int32_t sampleFromBest(std::span<const RankedLogit> best);
+    // Valid, not greedy, temperature > 0, no repetition penalty and 1 <= topK <= kMaxBestTopK.
+    static bool samplesFromBest(const SamplingParams& params);
+    static int bestCount(const SamplingParams& params) { return params.topK + 1; }
+    static constexpr int kMaxBestTopK = 64;
+    // The `count` best entries of `logits` in sampleFromBest's order (fewer if the row is shorter).
+    static void bestOf(std::span<const float> logits, int count, std::vector<RankedLogit>& out);
+
 private:
     struct Candidate {
         double weight;  // exp((logit - max) / temperature), unnormalised
@@ -85,6 +106,11 @@ private:
     };
 
     Plan plan(std::span<const float> logits, std::span<const std::int32_t> history);
+    // plan() from candidates_ on: the top-k survivors sorted best first (topK), or every
+    // possible token in id order; their softmax, top-p, min-p and the draw order.
+    Plan planCandidates(bool topK, float maxLogit);
+    // The draw itself (u from nextUniform()).
+    std::int32_t draw(const Plan& p, double u) const;
     // Fills work_ and returns how many of its entries are possible (> -inf).
     std::int64_t loadLogits(std::span<const float> logits, std::span<const std::int32_t> history);
     void selectBest(std::size_t k, std::vector<Candidate>& out) const;  // k >= 1, unordered
