@@ -97,6 +97,8 @@ __device__ void blockSelectBest(const unsigned long long* keys, int n, int count
         }
         __syncthreads();
         if (threadIdx.x < 32) {  // the digit at which the running count reaches need
+            // Read before the shuffles: no lane can then pass them while another still reads.
+            const unsigned need = static_cast<unsigned>(s.need);
             unsigned local[8], sum = 0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
@@ -109,9 +111,9 @@ __device__ void blockSelectBest(const unsigned long long* keys, int n, int count
                 const unsigned other = __shfl_up_sync(0xffffffffu, inclusive, off);
                 if (lane >= off) inclusive += other;
             }
-            const unsigned need = static_cast<unsigned>(s.need);
             const unsigned before = inclusive - sum;
             const bool mine = before < need && need <= inclusive;
+            __syncwarp();
             if (mine) {  // exactly one lane
                 unsigned running = before;
                 int digit = 0;
