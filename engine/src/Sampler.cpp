@@ -416,17 +416,44 @@ bool Sampler::samplesFromBest(const SamplingParams& params) {
 }
 
 void Sampler::bestOf(std::span<const float> logits, int count, std::vector<RankedLogit>& out) {
+    // One pass in id order, as selectBest: `out` collects up to 2k + kBlock entries; when full,
+    // nth_element keeps the best k and the k-th sets the entry bar (a later entry must be Better
+    // than it; an equal logit has a larger id and loses), whole blocks below the bar are skipped.
+    // `out` is the buffer, so a caller that reuses it allocates nothing per row after the first.
     out.clear();
-    if (count < 1) return;
-    const auto n = static_cast<std::int64_t>(logits.size());
-    const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count, n));
-    std::vector<RankedLogit> all(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) {
-        const float v = sanitized(logits[static_cast<std::size_t>(i)]);
-        all[static_cast<std::size_t>(i)] = {v == 0.0f ? 0.0f : v, static_cast<std::int32_t>(i)};  // -0 ranks as +0
+    const std::size_t n = logits.size();
+    if (count < 1 || n == 0) return;
+    const auto k = std::min<std::size_t>(static_cast<std::size_t>(count), n);
+    const std::size_t capacity = 2 * k + kBlock;
+    out.reserve(capacity);
+    bool full = false;  // out has been cut to k: `bar` is its worst entry
+    RankedLogit bar{kImpossible, 0};
+    auto shrink = [&] {
+        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k - 1), out.end(), Better{});
+        out.resize(k);
+        bar = out[k - 1];
+        full = true;
+    };
+    auto offer = [&](std::size_t i) {
+        float v = sanitized(logits[i]);
+        if (v == 0.0f) v = 0.0f;  // -0 ranks as +0
+        const RankedLogit e{v, static_cast<std::int32_t>(i)};
+        if (!full || Better{}(e, bar)) out.push_back(e);
+        if (out.size() >= capacity) shrink();
+    };
+    const float* x = logits.data();
+    std::size_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+        if (full) {
+            int hit = 0;
+            for (std::size_t j = 0; j < kBlock; ++j) hit |= x[i + j] > bar.logit ? 1 : 0;  // NaN: no hit
+            if (hit == 0) continue;
+        }
+        for (std::size_t j = 0; j < kBlock; ++j) offer(i + j);
     }
-    std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), Better{});
-    out.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+    for (; i < n; ++i) offer(i);
+    if (out.size() > k) shrink();
+    std::sort(out.begin(), out.end(), Better{});
 }
 
 std::int32_t Sampler::sampleFromBest(std::span<const RankedLogit> best) {
