@@ -52,6 +52,46 @@ struct ById {
     }
 };
 
+// The k best entries of x[0, n) in Better order (unordered; at most k), made by make(i, x[i]):
+// one pass in id order into `out`, a buffer of up to 2k + kBlock entries; when it is full,
+// nth_element keeps the best k and the worst of those sets the entry bar: from then on a logit
+// must be strictly above it (an equal logit has a larger id, so it loses the tie). Whole blocks
+// with no value above the bar are skipped with one vectorised test (NaN never passes it). Each
+// compaction drops at least k + kBlock entries, so the work stays O(n) even for an ascending
+// row. keepImpossible: entries ranked -inf are taken too until the first compaction (a row with
+// fewer than k possible entries still yields k); otherwise they never are.
+template <typename Entry, typename Make>
+void selectBestOf(const float* x, std::size_t n, std::size_t k, bool keepImpossible, std::vector<Entry>& out, Make make) {
+    out.clear();
+    const std::size_t capacity = 2 * k + kBlock;
+    out.reserve(capacity);
+    bool full = false;
+    float bar = kImpossible;
+    auto shrink = [&] {
+        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k - 1), out.end(), Better{});
+        out.resize(k);
+        bar = out[k - 1].logit;
+        full = true;
+    };
+    auto offer = [&](std::size_t i) {
+        const Entry e = make(i, x[i]);
+        if (e.logit > bar || (!full && keepImpossible)) out.push_back(e);
+    };
+    const bool skipBlocks = !keepImpossible;  // until the first compaction; always after it
+    std::size_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+        if (full || skipBlocks) {
+            int hit = 0;
+            for (std::size_t j = 0; j < kBlock; ++j) hit |= x[i + j] > bar ? 1 : 0;
+            if (hit == 0) continue;
+        }
+        for (std::size_t j = 0; j < kBlock; ++j) offer(i + j);
+        if (out.size() >= capacity - kBlock) shrink();
+    }
+    for (; i < n; ++i) offer(i);
+    if (out.size() > k) shrink();
+}
+
 // Largest entry of x[0, n) ignoring NaN; -inf when there is none.
 float maxOf(const float* x, std::size_t n) {
     float lane[kLanes];
@@ -159,38 +199,11 @@ float Sampler::collectAll() {
     return best;
 }
 
-// The k best possible tokens of work_ (all of them if fewer are possible) into `out`, unordered.
-// One pass in id order into a buffer of up to 2k + kBlock entries; when it is full, nth_element
-// keeps the best k and the worst of those sets the entry threshold: from then on a logit must be
-// strictly above it (an equal logit has a larger id, so it loses the tie). Whole blocks below the
-// threshold are skipped with one vectorised test. Each compaction drops at least k + kBlock
-// entries, so the work stays O(vocab) even for an ascending row.
+// The k best possible tokens of work_ (all of them if fewer are possible) into `out`, unordered
+// (selectBestOf; work_ is already sanitized, so an entry is its value).
 void Sampler::selectBest(std::size_t k, std::vector<Candidate>& out) const {
-    out.clear();
-    const float* x = work_.data();
-    const std::size_t n = work_.size();
-    const std::size_t capacity = 2 * k + kBlock;
-    float threshold = kImpossible;
-    auto shrink = [&] {
-        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k - 1), out.end(),
-                         Better{});
-        out.resize(k);
-        threshold = out[k - 1].logit;
-    };
-    auto offer = [&](std::size_t i) {
-        const float v = x[i];
-        if (v > threshold) out.push_back({0.0, v, static_cast<std::int32_t>(i)});
-    };
-    std::size_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) {
-        int hit = 0;
-        for (std::size_t j = 0; j < kBlock; ++j) hit |= x[i + j] > threshold ? 1 : 0;
-        if (hit == 0) continue;
-        for (std::size_t j = 0; j < kBlock; ++j) offer(i + j);
-        if (out.size() >= capacity - kBlock) shrink();
-    }
-    for (; i < n; ++i) offer(i);
-    if (out.size() > k) shrink();
+    selectBestOf(work_.data(), work_.size(), k, false, out,
+                 [](std::size_t i, float v) { return Candidate{0.0, v, static_cast<std::int32_t>(i)}; });
 }
 
 void Sampler::selectTopK(std::int32_t k) {
@@ -416,43 +429,14 @@ bool Sampler::samplesFromBest(const SamplingParams& params) {
 }
 
 void Sampler::bestOf(std::span<const float> logits, int count, std::vector<RankedLogit>& out) {
-    // One pass in id order, as selectBest: `out` collects up to 2k + kBlock entries; when full,
-    // nth_element keeps the best k and the k-th sets the entry bar (a later entry must be Better
-    // than it; an equal logit has a larger id and loses), whole blocks below the bar are skipped.
-    // `out` is the buffer, so a caller that reuses it allocates nothing per row after the first.
+    // `out` is selectBestOf's buffer, so a caller that reuses it allocates nothing per row.
     out.clear();
-    const std::size_t n = logits.size();
-    if (count < 1 || n == 0) return;
-    const auto k = std::min<std::size_t>(static_cast<std::size_t>(count), n);
-    const std::size_t capacity = 2 * k + kBlock;
-    out.reserve(capacity);
-    bool full = false;  // out has been cut to k: `bar` is its worst entry
-    RankedLogit bar{kImpossible, 0};
-    auto shrink = [&] {
-        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k - 1), out.end(), Better{});
-        out.resize(k);
-        bar = out[k - 1];
-        full = true;
-    };
-    auto offer = [&](std::size_t i) {
-        float v = sanitized(logits[i]);
-        if (v == 0.0f) v = 0.0f;  // -0 ranks as +0
-        const RankedLogit e{v, static_cast<std::int32_t>(i)};
-        if (!full || Better{}(e, bar)) out.push_back(e);
-        if (out.size() >= capacity) shrink();
-    };
-    const float* x = logits.data();
-    std::size_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) {
-        if (full) {
-            int hit = 0;
-            for (std::size_t j = 0; j < kBlock; ++j) hit |= x[i + j] > bar.logit ? 1 : 0;  // NaN: no hit
-            if (hit == 0) continue;
-        }
-        for (std::size_t j = 0; j < kBlock; ++j) offer(i + j);
-    }
-    for (; i < n; ++i) offer(i);
-    if (out.size() > k) shrink();
+    if (count < 1 || logits.empty()) return;
+    const auto k = std::min<std::size_t>(static_cast<std::size_t>(count), logits.size());
+    selectBestOf(logits.data(), logits.size(), k, true, out, [](std::size_t i, float v) {
+        v = sanitized(v);
+        return RankedLogit{v == 0.0f ? 0.0f : v, static_cast<std::int32_t>(i)};  // -0 ranks as +0
+    });
     std::sort(out.begin(), out.end(), Better{});
 }
 
