@@ -361,8 +361,6 @@ public:
         if (stats || !graphWanted_ || count < 1 || count > kc::kTopKMaxCount) return Backend::decodeBest(token, startPosition, count, stats);
         const std::int32_t input[1] = {token};
         GEMMA_RETURN_IF_ERROR(checkForwardRequest(input, startPosition, position_, allocation_, config_.vocabSize));
-        bool usedGraph = false;
-        GEMMA_RETURN_IF_ERROR(decodeStep(token, startPosition, usedGraph));
         kc::TopKParams t;
         t.logits = logits_.as<float>();
         t.vocab = config_.vocabSize;
@@ -371,24 +369,30 @@ public:
         t.workspace = topKWorkspace_.as<void>();
         t.workspaceBytes = topKWorkspace_.bytes();
         t.programmaticLaunch = programmaticLaunch_;
-        GEMMA_RETURN_IF_ERROR(kernelError(kc::launchTopK(t, stream_), "top-k"));
-        GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
-        position_ += 1;
+        GEMMA_RETURN_IF_ERROR(decodeThen(token, startPosition, [&] { return kernelError(kc::launchTopK(t, stream_), "top-k"); }));
         return std::span<const RankedLogit>(hostBest_.host<RankedLogit>(), static_cast<std::size_t>(std::min<std::int64_t>(count, config_.vocabSize)));
     }
 
 private:
-    // One single-token decode step (the graph when it passed its self-check), its logits copied
-    // to `hostOut` (vocab floats); the request was checked by the caller.
-    Status decodeInto(std::int32_t token, int position, float* hostOut) {
+    // One single-token decode step (the graph when it passed its self-check), then `collect`
+    // (work queued on the stream that takes what the host needs from logits_), then the wait; the
+    // request was checked by the caller.
+    template <typename Collect>
+    Status decodeThen(std::int32_t token, int position, Collect&& collect) {
         bool usedGraph = false;
         GEMMA_RETURN_IF_ERROR(decodeStep(token, position, usedGraph));
-        GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(hostOut, logits_.as<float>(),
-                                                        static_cast<std::size_t>(config_.vocabSize) * 4, cudaMemcpyDeviceToHost, stream_),
-                                        "copying logits"));
+        GEMMA_RETURN_IF_ERROR(collect());
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "running the forward pass"));
         position_ += 1;
         return Status::ok();
+    }
+    // decodeThen with the logits copied to `hostOut` (vocab floats).
+    Status decodeInto(std::int32_t token, int position, float* hostOut) {
+        return decodeThen(token, position, [&] {
+            return cudaError(cudaMemcpyAsync(hostOut, logits_.as<float>(), static_cast<std::size_t>(config_.vocabSize) * 4,
+                                             cudaMemcpyDeviceToHost, stream_),
+                             "copying logits");
+        });
     }
 
     // ---- setup ------------------------------------------------------------------------------------
