@@ -677,6 +677,37 @@ struct NormCase {
     float layerScalar;
 };
 
+// FP64 reference of the input norm (RmsNorm.h's function): r = (residual + rmsNorm(branch;
+// branchWeight))·scalar (no branch: residual·scalar), x = rmsNorm(r; outWeight); null = absent
+// or unweighted.
+struct NormChain {
+    std::vector<double> r, x;
+};
+NormChain referenceInputNorm(const std::vector<float>& residual, const float* branch, const float* branchWeight, double scalar,
+                             const float* outWeight) {
+    const std::size_t n = residual.size();
+    NormChain c{std::vector<double>(n), std::vector<double>(n)};
+    double ss = 0, ss2 = 0;
+    for (std::size_t i = 0; branch && i < n; ++i) ss += static_cast<double>(branch[i]) * branch[i];
+    const double inv1 = 1.0 / std::sqrt(ss / static_cast<double>(n) + 1e-6);
+    for (std::size_t i = 0; i < n; ++i) {
+        double v = residual[i];
+        if (branch) v += branch[i] * inv1 * (branchWeight ? branchWeight[i] : 1.0);
+        c.r[i] = v * scalar;
+        ss2 += c.r[i] * c.r[i];
+    }
+    const double inv2 = 1.0 / std::sqrt(ss2 / static_cast<double>(n) + 1e-6);
+    for (std::size_t i = 0; i < n; ++i) c.x[i] = c.r[i] * inv2 * (outWeight ? outWeight[i] : 1.0);
+    return c;
+}
+
+// Σ_i W[o][i]·x[i] in FP64 over a dequantized weight.
+double referenceDotD(const std::vector<float>& deq, std::int64_t in, std::int64_t o, const std::vector<double>& x) {
+    double acc = 0;
+    for (std::int64_t i = 0; i < in; ++i) acc += static_cast<double>(deq[o * in + i]) * x[static_cast<std::size_t>(i)];
+    return acc;
+}
+
 void runInputNorm(std::mt19937_64& rng, Report& report) {
     const std::vector<NormCase> cases = {
         {"12b q/k/v", 3840, {4096, 2048, 2048}, 3, false, false, true, true, true, 1.0f},
@@ -697,21 +728,8 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
         dBw.upload(bw);
         dOw.upload(ow);
         dResidualOut.poison();
-        // FP64 reference of r and x.
-        std::vector<double> r(static_cast<std::size_t>(in)), x(static_cast<std::size_t>(in));
-        double ss = 0;
-        for (std::int64_t i = 0; i < in; ++i) ss += static_cast<double>(branch[i]) * branch[i];
-        const double inv1 = 1.0 / std::sqrt(ss / static_cast<double>(in) + 1e-6);
-        double ss2 = 0;
-        for (std::int64_t i = 0; i < in; ++i) {
-            double v = residual[i];
-            if (k.branch) v += branch[i] * inv1 * (k.weights ? bw[i] : 1.0);
-            v *= k.layerScalar;
-            r[i] = v;
-            ss2 += v * v;
-        }
-        const double inv2 = 1.0 / std::sqrt(ss2 / static_cast<double>(in) + 1e-6);
-        for (std::int64_t i = 0; i < in; ++i) x[i] = r[i] * inv2 * (k.weights ? ow[i] : 1.0);
+        const NormChain chain = referenceInputNorm(residual, k.branch ? branch.data() : nullptr, k.weights ? bw.data() : nullptr,
+                                                   k.layerScalar, k.weights ? ow.data() : nullptr);
 
         const int weights = k.geglu ? 2 : k.segments;
         std::vector<Fp4Matrix> ws;
@@ -752,19 +770,15 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
             std::vector<float> got;
             std::vector<double> ref;
             for (std::int64_t o = 0; o < k.outs[s]; ++o) {
-                double dot = 0, up = 0;
-                for (std::int64_t i = 0; i < in; ++i) {
-                    dot += static_cast<double>(deq[o * in + i]) * x[i];
-                    if (k.geglu) up += static_cast<double>(deqUp[o * in + i]) * x[i];
-                }
+                const double dot = referenceDotD(deq, in, o, chain.x);
                 got.push_back(y[o]);
-                ref.push_back(k.geglu ? geluTanhRef(dot) * up : dot);
+                ref.push_back(k.geglu ? geluTanhRef(dot) * referenceDotD(deqUp, in, o, chain.x) : dot);
             }
             report.add(tag + " y segment " + std::to_string(s), compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
         }
         const std::vector<float> rOut = dResidualOut.download();
         if (k.writeResidual) {
-            report.add(tag + " residual out", compare(rOut.data(), r.data(), r.size()), 1e-6, 1e-6);
+            report.add(tag + " residual out", compare(rOut.data(), chain.r.data(), chain.r.size()), 1e-6, 1e-6);
         } else {
             bool untouched = true;
             for (float v : rOut) untouched &= std::isnan(v);
@@ -801,22 +815,9 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
             HCHECK_STATUS(gemma::cuda::launchFp4Matvec(b, nullptr));
             HCHECK(cudaDeviceSynchronize());
             const std::vector<float> hb = branch.download(), hy = y.download();
-            double ss = 0, ss2 = 0;
-            for (float v : hb) ss += static_cast<double>(v) * v;
-            const double inv1 = 1.0 / std::sqrt(ss / kMid + 1e-6);
-            std::vector<double> rr(kMid), xx(kMid);
-            for (std::int64_t i = 0; i < kMid; ++i) {
-                rr[i] = residual[i] + hb[i] * inv1;
-                ss2 += rr[i] * rr[i];
-            }
-            const double inv2 = 1.0 / std::sqrt(ss2 / kMid + 1e-6);
-            for (std::int64_t i = 0; i < kMid; ++i) xx[i] = rr[i] * inv2;
+            const NormChain chain = referenceInputNorm(residual, hb.data(), nullptr, 1.0, nullptr);
             std::vector<double> ref;
-            for (std::int64_t o = 0; o < kOut; ++o) {
-                double dot = 0;
-                for (std::int64_t i = 0; i < kMid; ++i) dot += static_cast<double>(deq2[o * kMid + i]) * xx[i];
-                ref.push_back(dot);
-            }
+            for (std::int64_t o = 0; o < kOut; ++o) ref.push_back(referenceDotD(deq2, kMid, o, chain.x));
             const Compare c = compare(hy.data(), ref.data(), ref.size());
             finite &= c.nonFinite == 0;
             worst = std::max(worst, c.relErr);
