@@ -57,38 +57,39 @@ TopKParams launchParams(const float* row, std::int64_t n, int count, TopKEntry* 
     return p;
 }
 
-// One launch against the reference; true when every entry matches and nothing past it was written.
-bool runOnce(const std::vector<float>& row, int count, DeviceBuffer<float>& dRow, DeviceBuffer<unsigned char>& workspace,
-             TopKEntry* out, bool mapped, std::string& why) {
+// Empty when got[0, min(count, n)) equals reference::topK of the row bit for bit and every slot
+// after it (up to got.size()) is still the 0xFF poison; else what differs first.
+std::string mismatch(const std::vector<float>& row, int count, const std::vector<TopKEntry>& got) {
     const std::int64_t n = static_cast<std::int64_t>(row.size());
     const int wanted = static_cast<int>(std::min<std::int64_t>(count, n));
     std::vector<float> refLogits(static_cast<std::size_t>(wanted));
     std::vector<std::int32_t> refIds(static_cast<std::size_t>(wanted));
     gemma::reference::topK(row.data(), n, count, refLogits.data(), refIds.data());
-    const int slots = gemma::cuda::kTopKMaxCount + 8;
-    if (mapped) std::memset(out, 0xFF, sizeof(TopKEntry) * slots);
-    else HCHECK(cudaMemset(out, 0xFF, sizeof(TopKEntry) * slots));
-    TopKParams p = launchParams(dRow.ptr, n, count, out, workspace);
-    HCHECK_STATUS(gemma::cuda::launchTopK(p, nullptr));
-    HCHECK(cudaDeviceSynchronize());
-    std::vector<TopKEntry> got(static_cast<std::size_t>(slots));
-    if (mapped) std::memcpy(got.data(), out, sizeof(TopKEntry) * slots);
-    else HCHECK(cudaMemcpy(got.data(), out, sizeof(TopKEntry) * slots, cudaMemcpyDeviceToHost));
     for (int i = 0; i < wanted; ++i) {
         if (got[i].id != refIds[i] || !sameBits(got[i].logit, refLogits[i])) {
             char line[160];
             std::snprintf(line, sizeof line, "entry %d: got (%g, %d), want (%g, %d)", i, got[i].logit, got[i].id, refLogits[i], refIds[i]);
-            why = line;
-            return false;
+            return line;
         }
     }
-    for (int i = wanted; i < slots; ++i) {
-        if (got[i].id != -1) {
-            why = "wrote past min(count, vocab) at " + std::to_string(i);
-            return false;
-        }
-    }
-    return true;
+    for (std::size_t i = static_cast<std::size_t>(wanted); i < got.size(); ++i)
+        if (got[i].id != -1) return "wrote past min(count, vocab) at " + std::to_string(i);
+    return {};
+}
+
+constexpr int kSlots = gemma::cuda::kTopKMaxCount + 8;  // output slots, poisoned before each launch
+
+// One launch on the legacy stream against the reference; true when it matches (mismatch()).
+bool runOnce(const std::vector<float>& row, int count, DeviceBuffer<float>& dRow, DeviceBuffer<unsigned char>& workspace,
+             TopKEntry* out, std::string& why) {
+    HCHECK(cudaMemset(out, 0xFF, sizeof(TopKEntry) * kSlots));
+    TopKParams p = launchParams(dRow.ptr, static_cast<std::int64_t>(row.size()), count, out, workspace);
+    HCHECK_STATUS(gemma::cuda::launchTopK(p, nullptr));
+    HCHECK(cudaDeviceSynchronize());
+    std::vector<TopKEntry> got(kSlots);
+    HCHECK(cudaMemcpy(got.data(), out, sizeof(TopKEntry) * kSlots, cudaMemcpyDeviceToHost));
+    why = mismatch(row, count, got);
+    return why.empty();
 }
 
 }  // namespace
@@ -106,7 +107,7 @@ int main() {
     }
     DeviceBuffer<unsigned char> workspace(gemma::cuda::topKWorkspaceBytes(1 << 20, gemma::cuda::kTopKMaxCount) + 1024);
     HCHECK(cudaMemset(workspace.ptr, 0, workspace.bytes()));
-    DeviceBuffer<TopKEntry> out(gemma::cuda::kTopKMaxCount + 8);
+    DeviceBuffer<TopKEntry> out(kSlots);
     for (const std::int64_t n : sizes) {
         DeviceBuffer<float> dRow(static_cast<std::size_t>(n));
         for (int pattern = 0; pattern < 5; ++pattern) {
@@ -114,7 +115,7 @@ int main() {
             dRow.upload(row);
             for (const int count : {1, 2, 65, 128}) {
                 std::string why;
-                const bool ok = runOnce(row, count, dRow, workspace, out.ptr, false, why);
+                const bool ok = runOnce(row, count, dRow, workspace, out.ptr, why);
                 report.addCheck("n " + std::to_string(n) + " pattern " + std::to_string(pattern) + " count " + std::to_string(count), ok, why);
             }
         }
@@ -127,31 +128,26 @@ int main() {
         for (int round = 0; round < (quick ? 4 : 20) && ok; ++round) {
             const std::vector<float> row = makeRow(262144, round % 3, rng);
             dRow.upload(row);
-            ok = runOnce(row, 65, dRow, workspace, out.ptr, false, why);
+            ok = runOnce(row, 65, dRow, workspace, out.ptr, why);
         }
         report.addCheck("repeated launches on one workspace", ok, why);
     }
-    // Host-mapped output, as the CUDA backend reads it.
+    // Host-mapped output, as the CUDA backend reads it: the kernel writes through the device
+    // pointer, the host poisons and reads through its own.
     {
         TopKEntry* mappedHost = nullptr;
-        HCHECK(cudaHostAlloc(reinterpret_cast<void**>(&mappedHost), sizeof(TopKEntry) * (gemma::cuda::kTopKMaxCount + 8), cudaHostAllocMapped));
+        HCHECK(cudaHostAlloc(reinterpret_cast<void**>(&mappedHost), sizeof(TopKEntry) * kSlots, cudaHostAllocMapped));
         TopKEntry* mappedDevice = nullptr;
         HCHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mappedDevice), mappedHost, 0));
         DeviceBuffer<float> dRow(262144);
         const std::vector<float> row = makeRow(262144, 1, rng);
         dRow.upload(row);
-        std::string why;
-        // runOnce poisons and reads through the host pointer; the kernel writes through the device one.
-        std::memset(mappedHost, 0xFF, sizeof(TopKEntry) * (gemma::cuda::kTopKMaxCount + 8));
+        std::memset(mappedHost, 0xFF, sizeof(TopKEntry) * kSlots);
         TopKParams p = launchParams(dRow.ptr, 262144, 65, mappedDevice, workspace);
         HCHECK_STATUS(gemma::cuda::launchTopK(p, nullptr));
         HCHECK(cudaDeviceSynchronize());
-        std::vector<float> refLogits(65);
-        std::vector<std::int32_t> refIds(65);
-        gemma::reference::topK(row.data(), 262144, 65, refLogits.data(), refIds.data());
-        bool ok = true;
-        for (int i = 0; i < 65; ++i) ok &= mappedHost[i].id == refIds[i] && sameBits(mappedHost[i].logit, refLogits[i]);
-        report.addCheck("host-mapped output", ok, "");
+        const std::string why = mismatch(row, 65, std::vector<TopKEntry>(mappedHost, mappedHost + kSlots));
+        report.addCheck("host-mapped output", why.empty(), why);
         HCHECK(cudaFreeHost(mappedHost));
     }
     // Programmatic launch: a producer writes the row ~50 µs late (HarnessCommon.h, Producer); the
@@ -171,16 +167,11 @@ int main() {
             p.programmaticLaunch = true;
             HCHECK_STATUS(gemma::cuda::launchTopK(p, producer.stream()));
             HCHECK(cudaDeviceSynchronize());
-            std::vector<TopKEntry> got(65);
-            HCHECK(cudaMemcpy(got.data(), out.ptr, 65 * sizeof(TopKEntry), cudaMemcpyDeviceToHost));
-            std::vector<float> refLogits(65);
-            std::vector<std::int32_t> refIds(65);
-            gemma::reference::topK(row.data(), n, 65, refLogits.data(), refIds.data());
-            for (int i = 0; i < 65 && ok; ++i)
-                if (got[i].id != refIds[i] || !sameBits(got[i].logit, refLogits[i])) {
-                    ok = false;
-                    why = "round " + std::to_string(round) + " entry " + std::to_string(i);
-                }
+            std::vector<TopKEntry> got(kSlots);
+            HCHECK(cudaMemcpy(got.data(), out.ptr, kSlots * sizeof(TopKEntry), cudaMemcpyDeviceToHost));
+            why = mismatch(row, 65, got);
+            ok = why.empty();
+            if (!ok) why = "round " + std::to_string(round) + ": " + why;
         }
         report.addCheck("programmatic launch behind a late producer", ok, why);
     }
