@@ -178,7 +178,7 @@ public:
           kvDtype_(options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16), graphWanted_(options.cudaGraph),
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
-          fusedNorms_(options.fusedNorms) {}
+          fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -256,6 +256,7 @@ public:
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
+               (tensorCoreAttention_ ? "" : ", CUDA-core attention") +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) + ")";
@@ -624,6 +625,8 @@ private:
         p.workspace = attentionWorkspace_.as<void>();
         p.workspaceBytes = attentionWorkspace_.bytes();
         p.programmaticLaunch = programmaticLaunch_;
+        // Decode rows of unfused layers: the split pieces on tensor cores (OpenOptions).
+        p.tensorCores = tensorCoreAttention_ && rows == 1 && !fusedAttentionFor(layer, rows);
         return p;
     }
 
@@ -1182,24 +1185,8 @@ private:
         if (rows > 1 && gemmMinRows_ > 0 && rows >= gemmMinRows_) {
             // Prefill chunk: flash attention on tensor cores (fp16 operands, fp32 softmax and
             // accumulation), all rows of the chunk in one launch.
-            const kc::AttentionDecodeParams d = attentionParams(l, rows);
-            kc::AttentionPrefillParams p;
-            p.q = d.q;
-            p.qStride = d.qStride;
-            p.kCache = d.kCache;
-            p.vCache = d.vCache;
-            p.kvDtype = d.kvDtype;
-            p.capacity = d.capacity;
-            p.qHeads = d.qHeads;
-            p.kvHeads = d.kvHeads;
-            p.headDim = d.headDim;
-            p.positions = d.positions;
-            p.rows = rows;
-            p.window = d.window;
-            p.scale = d.scale;
-            p.out = d.out;
-            p.outStride = d.outStride;
-            return kernelError(kc::launchAttentionPrefill(p, stream_), "prefill attention");
+            return kernelError(kc::launchAttentionPrefill(kc::attentionPrefillForm(attentionParams(l, rows)), stream_),
+                               "prefill attention");
         }
         return kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention");
     }
@@ -1290,6 +1277,7 @@ private:
     bool tiledWeights_ = true;
     bool fusedAttention_ = true;
     bool fusedNorms_ = true;
+    bool tensorCoreAttention_ = true;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and
     // which buffer of the pair (residual_, residualAlternate_) holds the residual stream now.
     struct PendingNorm {

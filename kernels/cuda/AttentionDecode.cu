@@ -35,6 +35,12 @@
 // (H200: 74 µs per layer instead of 27, docs/PERFORMANCE.md version 6); the CUDA backend fuses
 // layers with at most kFusedAttentionMaxGroup query heads per KV head.
 //
+// Tensor-core form (AttentionDecodeParams::tensorCores, one row, no fusions): the pieces run on
+// the prefill's flash-attention kernel (AttentionPrefill.cu, "Key splits": fp16 operands, fp32
+// softmax), which writes the same partials; the merge kernel is unchanged. Its pieces are whole
+// tiles of 16–64 keys (the CUDA-core kernel's tile is 4 keys at d 512 with an fp32 cache), so a
+// full layer at depth streams its band instead of waiting on a chain of small tiles.
+//
 // Layouts: q/out [rows][stride] fp32, head h at h·headDim; caches [capacity][kvHeads][headDim]
 // (fp32 or bf16 bits), row r's cache at r·cacheBatchStride elements.
 // Preconditions (checked): headDim ∈ {32, 64, 128, 256, 512} (32 and 64: the tiny test and demo
@@ -47,6 +53,7 @@
 
 #include <cmath>
 
+#include "AttentionPrefill.h"
 #include "CudaCommon.h"
 #include "HeadNormRope.h"
 
@@ -458,12 +465,39 @@ inline int tileKeys(int headDim, KvDtype dtype) {
     return kTileKBytes / (headDim * static_cast<int>(kvElementBytes(dtype)));
 }
 
+// The tensor-core form (AttentionDecodeParams::tensorCores): the prefill kernel over `splits`
+// pieces of the band, writing the merge's partials (splits == 1: out itself, normalised).
+inline AttentionPrefillParams prefillForm(const AttentionDecodeParams& p, int splits, float* partO, float* partML) {
+    AttentionPrefillParams f = attentionPrefillForm(p);
+    f.splits = splits;
+    f.partO = splits > 1 ? partO : nullptr;
+    f.partML = splits > 1 ? partML : nullptr;
+    f.programmaticLaunch = p.programmaticLaunch;
+    return f;
+}
+
+// Tensor-core pieces: at least 2 tiles each, and as many blocks as the device holds at once (the
+// prefill kernel's occupancy); 0 when the prefill kernel does not take these parameters.
+inline int tensorCoreSplits(const AttentionDecodeParams& p, const DeviceFacts& facts) {
+    AttentionPrefillPlan plan;
+    if (attentionPrefillPlan(attentionPrefillForm(p), plan) != KernelStatus::Ok) return 0;
+    const std::int64_t band = p.maxBand > 0 ? p.maxBand : p.capacity;
+    const std::int64_t byLength = (band + 2 * plan.keysPerTile - 1) / (2 * plan.keysPerTile);
+    const std::int64_t blocksPerSplit = static_cast<std::int64_t>(plan.gridX) * plan.gridY;
+    const std::int64_t bySm = (static_cast<std::int64_t>(plan.blocksPerSm) * facts.smCount + blocksPerSplit - 1) / blocksPerSplit;
+    std::int64_t s = byLength < bySm ? byLength : bySm;
+    if (s < 1) s = 1;
+    if (s > kMaxSplits) s = kMaxSplits;
+    return static_cast<int>(s);
+}
+
 // Splits per (row, kv head): pieces of at least 2 tiles, and as many blocks as the device holds
 // at once (the split kernel is latency-bound: at depth, more resident blocks mean more tiles in
 // flight). Version 7 of docs/PERFORMANCE.md raised the resident count from 2 per SM to what the
 // registers and shared memory allow (a 12b full layer: 3 per SM, 396 splits instead of 256).
 inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     if (p.splits > 0) return p.splits < kMaxSplits ? p.splits : kMaxSplits;
+    if (p.tensorCores) return tensorCoreSplits(p, facts);
     const int tile = tileKeys(p.headDim, p.kvDtype);
     const std::int64_t band = p.maxBand > 0 ? p.maxBand : p.capacity;
     std::int64_t byLength = (band + 2 * tile - 1) / (2 * tile);  // >= 2 tiles per split
@@ -484,6 +518,21 @@ inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts
     return static_cast<int>(s);
 }
 
+// The partials' places in the workspace (after the merge counters).
+inline float* partialO(const AttentionDecodeParams& p) {
+    return reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + kCounterBytes);
+}
+inline float* partialML(const AttentionDecodeParams& p, int splits) {
+    return partialO(p) + static_cast<std::size_t>(p.rows) * p.qHeads * splits * p.headDim;
+}
+
+cudaError_t launchMerge(const AttentionDecodeParams& p, const float* partO, const float* partML, int splits, cudaStream_t stream) {
+    const dim3 mergeGrid(static_cast<unsigned>(p.qHeads), static_cast<unsigned>(p.rows),
+                         static_cast<unsigned>((p.headDim + kMergeDims - 1) / kMergeDims));
+    return launchKernel(attentionMergeKernel, mergeGrid, dim3(kThreads), 0, stream, p.programmaticLaunch, partO, partML, splits,
+                        p.qHeads, p.headDim, p.out, p.outStride);
+}
+
 template <int D, typename KvT>
 cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, cudaStream_t stream) {
     const int g = p.qHeads / p.kvHeads;
@@ -500,19 +549,37 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
         raisedBytes = smem;
     }
     int* counters = static_cast<int*>(p.workspace);
-    float* partO = reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + kCounterBytes);
-    float* partML = partO + static_cast<std::size_t>(p.rows) * p.qHeads * splits * D;
+    float* partO = partialO(p);
+    float* partML = partialML(p, splits);
     const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.kvHeads),
                     static_cast<unsigned>(p.rows));
     const cudaError_t err = launchKernel(attentionSplitKernel<D, KvT>, grid, dim3(kThreads), smem, stream,
                                          p.programmaticLaunch, p, partO, partML, counters);
     if (err != cudaSuccess || p.fuseMerge) return err;
-    const dim3 mergeGrid(static_cast<unsigned>(p.qHeads), static_cast<unsigned>(p.rows), static_cast<unsigned>((D + kMergeDims - 1) / kMergeDims));
-    return launchKernel(attentionMergeKernel, mergeGrid, dim3(kThreads), 0, stream, p.programmaticLaunch, partO, partML,
-                        splits, p.qHeads, D, p.out, p.outStride);
+    return launchMerge(p, partO, partML, splits, stream);
 }
 
 }  // namespace attndetail
+
+AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
+    AttentionPrefillParams f;
+    f.q = p.q;
+    f.qStride = p.qStride;
+    f.kCache = p.kCache;
+    f.vCache = p.vCache;
+    f.kvDtype = p.kvDtype;
+    f.capacity = p.capacity;
+    f.qHeads = p.qHeads;
+    f.kvHeads = p.kvHeads;
+    f.headDim = p.headDim;
+    f.positions = p.positions;
+    f.rows = p.rows;
+    f.window = p.window;
+    f.scale = p.scale;
+    f.out = p.out;
+    f.outStride = p.outStride;
+    return f;
+}
 
 int attentionDecodeSplits(const AttentionDecodeParams& p) {
     DeviceFacts facts;
@@ -547,6 +614,16 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         return KernelStatus::InvalidArgument;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+    if (p.tensorCores) {
+        if (p.rows != 1 || p.fuseNormRope || p.fuseMerge) return KernelStatus::InvalidArgument;
+        const int splits = chooseSplits(p, facts);
+        if (splits < 1) return KernelStatus::Unsupported;
+        if (p.workspaceBytes < attentionDecodeWorkspaceBytes(p)) return KernelStatus::InvalidArgument;
+        const KernelStatus status = launchAttentionPrefill(prefillForm(p, splits, partialO(p), partialML(p, splits)), stream);
+        if (status != KernelStatus::Ok || splits == 1) return status;
+        return launchMerge(p, partialO(p), partialML(p, splits), splits, stream) == cudaSuccess ? KernelStatus::Ok
+                                                                                                 : KernelStatus::LaunchFailed;
+    }
     if (attentionSmemBytes(p.headDim, static_cast<int>(eb), g) >
         static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
         return KernelStatus::Unsupported;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "AttentionPrefill.h"
 #include "KernelStatus.h"
 #include "KvCache.h"
 #include "NormRopeCache.h"
@@ -59,6 +60,15 @@ struct AttentionDecodeParams {
     // out: one launch instead of two (at most 256 kv heads). Serial over the group's heads: worth
     // it for small groups only (kFusedAttentionMaxGroup).
     bool fuseMerge = false;
+
+    // Tensor cores for one decode row (rows == 1, no fusions): the split kernel is the prefill's
+    // flash-attention kernel over pieces of the band (AttentionPrefillParams::splits: mma.sync with
+    // q, K, V and P rounded to fp16, fp32 softmax and accumulation; AttentionPrefill.cu states the
+    // error, ~1e-3 of max|out|), then the same merge. The CUDA-core split kernel is issue-bound
+    // on large groups at depth (a 12b full layer, 16 heads on one kv head, d 512: 160 µs at 32K
+    // keys on an H200, docs/PERFORMANCE.md version 7); the tensor-core pieces read the band at
+    // the memory's pace. Requires |q|, |K|, |V| < 65504.
+    bool tensorCores = false;
 };
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
@@ -67,6 +77,9 @@ inline constexpr int kFusedAttentionMaxGroup = 4;
 // Splits the launcher will use for these parameters (depends on the device's SM count).
 int attentionDecodeSplits(const AttentionDecodeParams& params);
 std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& params);
+// The same attention as the prefill kernel's parameters (its fields copied; one launch, splits 1):
+// the CUDA backend's prefill chunks, and the tensor-core form's pieces.
+AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& params);
 // Two launches: the split kernel (unnormalised partials), then the merge kernel; one with fuseMerge.
 KernelStatus launchAttentionDecode(const AttentionDecodeParams& params, cudaStream_t stream);
 

@@ -54,6 +54,13 @@
 // warp's own hull are skipped by that warp (sliding windows: most of a long context); tiles inside
 // every row's band skip the per-element mask.
 //
+// ---- Key splits (the decode step's full layers) -------------------------------------------------
+// One query row has one query tile per kv head: a 12b full layer (16 heads, 1 kv head) is one
+// block. With AttentionPrefillParams::splits > 1 (Flash-Decoding) grid z cuts the row's band into
+// pieces of whole tiles; each block runs the loop above over its piece and writes unnormalised
+// partials (O, m, l) in AttentionDecode.cu's layout, whose merge kernel combines them. Used by
+// launchAttentionDecode with AttentionDecodeParams::tensorCores (docs/PERFORMANCE.md version 8).
+//
 // ---- Numerics ----------------------------------------------------------------------------------
 // q, K and V are rounded to fp16 (11-bit significand) when staged: they are RMS-normed values,
 // far inside fp16's range (|x| < 65504 is a precondition; bf16 caches convert exactly unless a
@@ -241,6 +248,8 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const int G = p.qHeads / p.kvHeads;
     const int mTotal = p.rows * G;
     const int dBase = wd * DW;
+    gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
+    allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
 
     // ---- this lane's two rows (fragment rows grp and grp + 8 of the warp's 16) -------------------
     // Band [lo, hi]; padded pairs past rows·g get the empty band [1, 0] and are never written.
@@ -268,6 +277,16 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
             if (len - p.capacity > first) first = len - p.capacity;
             lo[i] = static_cast<int>(first);
             hi[i] = pos;  // pos < 0: empty band, NaN output
+            if (p.splits > 1) {
+                // One row (validated): its band cut into splits pieces of whole tiles from the
+                // start; this block attends to piece blockIdx.z only (empty past the band's end).
+                const long long n = static_cast<long long>(hi[i]) - lo[i] + 1;
+                const long long piece = n > 0 ? ((n + p.splits - 1) / p.splits + BN - 1) / BN * BN : 0;
+                const long long pieceLo = lo[i] + piece * blockIdx.z;
+                const long long pieceHi = pieceLo + piece - 1 < hi[i] ? pieceLo + piece - 1 : hi[i];
+                lo[i] = pieceLo <= pieceHi ? static_cast<int>(pieceLo) : 1;
+                hi[i] = pieceLo <= pieceHi ? static_cast<int>(pieceHi) : 0;
+            }
             qRow[i] = p.q + r * p.qStride + static_cast<long long>(h) * D;
             oRow[i] = p.out + r * p.outStride + static_cast<long long>(h) * D;
             if (lo[i] <= hi[i]) {
@@ -509,6 +528,35 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         cpAsyncWait<0>();  // only empty groups remain; leave none behind
     }
 
+    // ---- split launch: this piece's partials (AttentionPrefillParams::splits) ----------------------
+    if (p.splits > 1) {
+        float l[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            l[i] = lRun[i];
+            l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+            l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        }
+        const bool anyKeys = nTiles > 0;  // one row: every key of a non-empty piece is in its band
+        constexpr float kLn2 = 0.6931471805599453f;  // mRun is in units of log2(e)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            if (!rowOk[i]) continue;
+            const int headInGroup = mTile * Sh::kRows + wm * 16 + grp + 8 * i;  // row 0: m = head in group
+            const long long idx = (static_cast<long long>(kvh) * G + headInGroup) * p.splits + blockIdx.z;
+            if (anyKeys) {
+#pragma unroll
+                for (int j = 0; j < kDimTiles8; ++j)
+                    *reinterpret_cast<float2*>(p.partO + idx * D + dBase + j * 8 + 2 * tig) = make_float2(o[j][2 * i], o[j][2 * i + 1]);
+            }
+            if (wd == 0 && tig == 0) {
+                p.partML[idx * 2] = anyKeys ? mRun[i] * kLn2 : -INFINITY;
+                p.partML[idx * 2 + 1] = anyKeys ? l[i] : 0.0f;
+            }
+        }
+        return;
+    }
+
     // ---- normalise and store (this warp's dims) ----------------------------------------------------
     float inv[2];
 #pragma unroll
@@ -589,6 +637,9 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     if (!aligned8(p.q) || !aligned8(p.out) || !aligned16(p.kCache) || !aligned16(p.vCache))
         return KernelStatus::InvalidArgument;
     if (static_cast<std::int64_t>(p.rows) * p.qHeads > INT_MAX) return KernelStatus::Unsupported;
+    if (p.splits < 1 || p.splits > 65535) return KernelStatus::InvalidArgument;
+    if (p.splits > 1 && (p.rows != 1 || !p.partO || !p.partML || !aligned8(p.partO) || !aligned8(p.partML)))
+        return KernelStatus::InvalidArgument;
     return KernelStatus::Ok;
 }
 
@@ -606,13 +657,13 @@ KernelStatus dispatch(const AttentionPrefillParams& p, F&& f) {
     }
 }
 
-// Grid for an instantiation: (kvHeads, query tiles). False when the tile count exceeds grid.y.
+// Grid for an instantiation: (kvHeads, query tiles, splits). False when the tile count exceeds grid.y.
 template <int D>
 bool gridFor(const AttentionPrefillParams& p, dim3& grid) {
     const std::int64_t pairs = static_cast<std::int64_t>(p.rows) * (p.qHeads / p.kvHeads);
     const std::int64_t tiles = (pairs + Shape<D>::kRows - 1) / Shape<D>::kRows;
     if (tiles > 65535) return false;
-    grid = dim3(static_cast<unsigned>(p.kvHeads), static_cast<unsigned>(tiles));
+    grid = dim3(static_cast<unsigned>(p.kvHeads), static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
     return true;
 }
 
@@ -655,8 +706,9 @@ KernelStatus launchAttentionPrefill(const AttentionPrefillParams& p, cudaStream_
         if (st != KernelStatus::Ok) return st;
         dim3 grid;
         if (!gridFor<D>(p, grid)) return KernelStatus::Unsupported;
-        attentionPrefillKernel<D, KvT><<<grid, Shape<D>::kThreads, pl.smem, stream>>>(p, cap32, pl.stages);
-        return launchStatus();
+        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
+                                             p.programmaticLaunch, p, cap32, pl.stages);
+        return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
     });
 }
 

@@ -37,6 +37,21 @@ struct AttentionPrefillParams {
     float scale = 1.0f;    // multiplies q·k (Gemma 4: 1.0); no softcap
     float* out = nullptr;  // [rows][outStride] fp32 = qHeads × headDim; columns past that untouched
     std::int64_t outStride = 0;  // even, >= qHeads·headDim
+    // Key splits (Flash-Decoding) for one query row, the decode step's full layers
+    // (AttentionDecodeParams::tensorCores): splits > 1 cuts the row's band into `splits` pieces of
+    // whole key tiles, laid out from the band's start, one block per piece (grid z), and each block
+    // writes its piece's unnormalised partials instead of out (out is not written):
+    //   partO  [qHeads][splits][headDim]  Σ_t exp(s_t − m)·V_t over the piece,
+    //   partML [qHeads][splits][2]        (m, l) = (max_t s_t, Σ_t exp(s_t − m)), natural units,
+    // s_t = scale·q·k_t; a piece with no keys (they come last) writes (−inf, 0) and no O. This is
+    // AttentionDecode.cu's partial layout: its merge kernel combines them. Requires rows == 1,
+    // splits <= 65535, partO and partML 8-byte aligned.
+    int splits = 1;
+    float* partO = nullptr;
+    float* partML = nullptr;
+    // sm_90+: programmatic dependent launch (the kernel waits for the kernel before it before
+    // reading anything). Ignored elsewhere.
+    bool programmaticLaunch = false;
 };
 
 // The launch shape the launcher picks for these parameters on the current device (information
@@ -53,7 +68,8 @@ struct AttentionPrefillPlan {
 };
 KernelStatus attentionPrefillPlan(const AttentionPrefillParams& params, AttentionPrefillPlan& plan);
 
-// One launch; no workspace. out rows are written only for r < rows, columns [0, qHeads·headDim).
+// One launch; no workspace. out rows are written only for r < rows, columns [0, qHeads·headDim)
+// (with splits > 1: the partials instead).
 KernelStatus launchAttentionPrefill(const AttentionPrefillParams& params, cudaStream_t stream);
 
 }  // namespace gemma::cuda

@@ -11,7 +11,12 @@
 // - the fused form (fuseNormRope + fuseMerge: one launch) against the separate launches
 //   (launchQkvNormRope, split, merge) on the same raw q/k/v: output and cache bit for bit, the
 //   current slot NaN before the fused launch, the raw q untouched, the merge counters back to zero.
+// - the tensor-core form (tensorCores: the prefill kernel over pieces of the band, then the merge)
+//   on every one-row fixture, against the same FP64 reference with the prefill harness's fp16
+//   tolerances (test_attention_prefill.cu says where they come from; same input distribution),
+//   forced and automatic splits, empty pieces, programmatic launch, and its refusals.
 #include "../../kernels/cuda/AttentionDecode.cu"
+#include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
 #include "HarnessCommon.h"
 
@@ -32,7 +37,13 @@ struct Fixture {
     int splits = 0;  // 0 = automatic
     bool oracle = false;
     bool timing = false;
+    bool tensorCores = false;
 };
+
+// The tensor-core form's tolerances: test_attention_prefill.cu's kRelTol / kAbsTol (fp16 q, K, V
+// and P; this harness draws q, K and V from the same distributions).
+constexpr double kTensorCoreRelTol = 1e-3;
+constexpr double kTensorCoreAbsTol = 2e-3;
 
 std::int64_t bandStart(const Fixture& f, int pos) {
     std::int64_t start = 0;
@@ -112,6 +123,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     p.outStride = qStride;
     p.rows = rows;
     p.splits = f.splits;
+    p.tensorCores = f.tensorCores;
     const std::size_t wsBytes = gc::attentionDecodeWorkspaceBytes(p);
     DeviceBuffer<float> dws(wsBytes / sizeof(float));
     dws.poison();
@@ -155,7 +167,9 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     }
     const int splitsUsed = gc::attentionDecodeSplits(p);
     const std::string note = "splits " + std::to_string(splitsUsed);
-    bool ok = report.add("attn " + producer.tag() + f.name, compare(out.data(), ref.data(), out.size()), 1e-4, 1e-4, note);
+    const double tol = f.tensorCores ? kTensorCoreRelTol : 1e-4, absTol = f.tensorCores ? kTensorCoreAbsTol : 1e-4;
+    const std::string form = f.tensorCores ? "tensor cores " : "";
+    bool ok = report.add("attn " + producer.tag() + form + f.name, compare(out.data(), ref.data(), out.size()), tol, absTol, note);
 
     // Parity oracle: cuBLASLt S = Q·Kᵀ, softmax, O = P·V, per (row, kv head), over the band.
     if (lt && f.oracle) {
@@ -200,7 +214,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
             }
         }
         std::vector<double> od(oracle.begin(), oracle.end());
-        ok &= report.add("  vs cuBLASLt pipeline " + f.name, compare(out.data(), od.data(), out.size()), 1e-4, 1e-4);
+        ok &= report.add("  vs cuBLASLt pipeline " + form + f.name, compare(out.data(), od.data(), out.size()), tol, absTol);
     }
 
     if (f.timing) {
@@ -210,7 +224,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
             bytes += double(f.positions[r] + 1 - bandStart(f, f.positions[r])) * f.kvHeads * d * 2 * eb;
         char line[200];
         std::snprintf(line, sizeof line, "%-40s %8.1f us  %7.1f GB/s (live K+V band, %d splits)",
-                      f.name.c_str(), us, bytes / us * 1e-3, splitsUsed);
+                      (form + f.name).c_str(), us, bytes / us * 1e-3, splitsUsed);
         perf.push_back(line);
     }
     return ok;
@@ -435,11 +449,51 @@ int main() {
     std::vector<std::string> perf;
     Producer ordinary(false);
     for (const auto& f : fx) runFixture(f, rng, report, lt, perf, ordinary);
+    // The tensor-core form on every one-row fixture (the CUDA backend's full layers use it).
+    std::vector<Fixture> tensorCoreFixtures;
+    for (Fixture f : fx)
+        if (f.positions.size() == 1) {
+            f.tensorCores = true;
+            tensorCoreFixtures.push_back(f);
+        }
+    tensorCoreFixtures.push_back({"mqa full f32 17 splits len700", 16, 1, 512, 0, 4096, F, {699}, false, 17});
+    tensorCoreFixtures.push_back({"mqa full f32 40 splits len33 (empty pieces)", 16, 1, 512, 0, 4096, F, {32}, false, 40});
+    tensorCoreFixtures.push_back({"gqa d256 f32 sliding wrap 5 splits", 16, 8, 256, 1024, 1055, F, {5000}, false, 5});
+    for (auto& f : tensorCoreFixtures) {
+        f.tensorCores = true;
+        runFixture(f, rng, report, lt, perf, ordinary);
+    }
+    // Refusals: more than one row, or a fusion, with tensorCores.
+    {
+        gc::AttentionDecodeParams bad;
+        DeviceBuffer<float> buffer(1 << 16);
+        DeviceBuffer<int> position(2);
+        position.upload(std::vector<int>{3, 4});
+        bad.q = bad.out = buffer.ptr;
+        bad.kCache = bad.vCache = buffer.ptr;
+        bad.kvDtype = F;
+        bad.capacity = 8;
+        bad.qHeads = 16;
+        bad.kvHeads = 1;
+        bad.headDim = 512;
+        bad.qStride = bad.outStride = 16 * 512;
+        bad.positions = position.ptr;
+        bad.workspace = buffer.ptr;
+        bad.workspaceBytes = buffer.count * sizeof(float);
+        bad.tensorCores = true;
+        bad.rows = 2;
+        report.addCheck("tensor cores: two rows refused", gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument, "");
+        bad.rows = 1;
+        bad.fuseMerge = true;
+        report.addCheck("tensor cores: a fused merge refused", gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument,
+                        "");
+    }
     // Programmatic launch, 10 rounds: MQA with empty splits, GQA with 3 rows on one ring and an
-    // odd split count (no oracle, no timing).
+    // odd split count (no oracle, no timing); then 2 rounds of the tensor-core form.
     const std::size_t pdlFixtures[] = {5, 16, 18};
-    for (int round = 0; round < 10; ++round) {
-        Fixture f = fx[pdlFixtures[round % 3]];
+    for (int round = 0; round < 12; ++round) {
+        // Rounds 10 and 11: the tensor-core form (its split kernel and the merge, programmatic).
+        Fixture f = round < 10 ? fx[pdlFixtures[round % 3]] : tensorCoreFixtures[tensorCoreFixtures.size() - 3 + (round - 10)];
         f.oracle = f.timing = false;
         Producer producer(true);
         runFixture(f, rng, report, nullptr, perf, producer);

@@ -17,6 +17,7 @@
 #include "../../kernels/cuda/Fp4Tile.cu"
 #include "../../kernels/reference/ReferenceOps.cpp"  // standalone project: no reference library
 #include "../../kernels/cuda/RmsNorm.cu"
+#include "../../kernels/cuda/StreamRead.cu"
 #include "HarnessCommon.h"
 
 using namespace harness;
@@ -195,6 +196,68 @@ struct Rotation {
     const T* at(int c) const { return buffer.ptr + c * each; }
 };
 
+// The diagnostic columns of a tiled timing line (information only): the same launch with its
+// weights resident in L2 (one copy, launch after launch), launched back to back with programmatic
+// dependent launch (each launch's start overlaps the previous one's tail, as in a decode step),
+// and the streaming-read kernel over the same bytes (what one launch of that size can read at
+// best). Together they say how much of a shape's time is the kernel and how much the launch.
+// "after prefetch": the weights were asked into L2 (gemma::cuda::prefetchL2) by a kernel launched
+// before a 20 µs wait that leaves the memory idle (as a decode step's attention does), then the
+// matvec ran; its time is that sequence's minus the same sequence without the matvec.
+struct TimingContext {
+    double l2ResidentUs, programmaticUs, readAloneUs, prefetchedUs;
+};
+// Block b asks for its slice of [p, p + bytes) in 64 KB pieces. bytes % 16 == 0.
+__global__ void harnessPrefetchKernel(const std::uint8_t* p, std::int64_t bytes) {
+    const std::int64_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    const std::int64_t blockEnd = (blockIdx.x + 1) * per;
+    const std::int64_t end = blockEnd < bytes ? blockEnd : bytes;
+    for (std::int64_t a = blockIdx.x * per + threadIdx.x * 65536; a < end; a += blockDim.x * 65536)
+        gemma::cuda::prefetchL2(p + a, static_cast<std::uint32_t>(end - a < 65536 ? end - a : 65536));
+}
+__global__ void harnessWaitKernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    while (now - start < ns);
+}
+// µs of launch(c) after its weights (ranges(c)) were prefetched during a 20 µs idle wait.
+template <typename Launch, typename Ranges>
+double prefetchedMicros(int copies, Launch&& launch, Ranges&& ranges) {
+    auto sequence = [&](int i, bool withMatvec) {
+        const int c = i % copies;
+        for (const auto& [ptr, bytes] : ranges(c))
+            harnessPrefetchKernel<<<132, 32>>>(reinterpret_cast<const std::uint8_t*>(ptr), static_cast<std::int64_t>(bytes) / 16 * 16);
+        harnessWaitKernel<<<1, 32>>>(20000);
+        if (withMatvec) launch(c);
+    };
+    const double both = medianMicros([&](int i) { sequence(i, true); }, 10, 30);
+    const double without = medianMicros([&](int i) { sequence(i, false); }, 10, 30);
+    return both - without;
+}
+double readAloneMicros(double bytes) {
+    const std::int64_t each = static_cast<std::int64_t>(bytes) / 16 * 16;
+    const int copies = copiesPastL2(static_cast<double>(each));
+    DeviceBuffer<std::uint8_t> data(static_cast<std::size_t>(each) * copies);
+    HCHECK(cudaMemset(data.ptr, 0x5A, data.count));
+    gemma::cuda::StreamReadParams r;
+    r.bytes = each;
+    DeviceBuffer<std::uint32_t> sink(static_cast<std::size_t>(gemma::cuda::streamReadBlocks(r)));
+    r.sink = sink.ptr;
+    return medianMicros(
+        [&](int i) {
+            r.data = data.ptr + static_cast<std::size_t>(i % copies) * each;
+            gemma::cuda::launchStreamRead(r, nullptr);
+        },
+        10, 30);
+}
+std::string contextColumns(const TimingContext& t, double bytes) {
+    char line[200];
+    std::snprintf(line, sizeof line, " | L2-resident %6.2f us | programmatic %6.2f us | after prefetch %6.2f us | read alone %6.2f us %7.1f GB/s",
+                  t.l2ResidentUs, t.programmaticUs, t.prefetchedUs, t.readAloneUs, bytes / t.readAloneUs * 1e-3);
+    return line;
+}
+
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
               bool timing, std::vector<std::string>& perfLines, bool forceGlobalX = false,
               Path path = Path::Default) {
@@ -369,11 +432,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             // The tiled copies (dummies of a few bytes on the other paths).
             const Rotation<std::uint8_t> tcg(tiled.codes, copies), tcu(upTiled.codes, copies);
             const Rotation<std::uint32_t> tsg(tiled.scales, copies), tsu(upTiled.scales, copies);
-            auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false) {
+            auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false, bool sameCopy = false, bool programmatic = false) {
                 return medianMicros(
                     [&](int i) {
                         Fp4MatvecParams t = g;
-                        const int c = i % copies;
+                        t.programmaticLaunch = programmatic;
+                        const int c = sameCopy ? 0 : i % copies;
                         t.codes = t.tiled ? tcg.at(c) : cg.at(c);
                         t.upCodes = t.tiled ? tcu.at(c) : cu.at(c);
                         t.scales = t.tiled ? reinterpret_cast<const std::uint16_t*>(tsg.at(c)) : sg.at(c);
@@ -387,6 +451,23 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             };
             if (path == Path::Tiled) {  // the tiled layout against the row layout
                 const double tiledUs = timeGeglu(false, false);
+                const std::size_t codeBytes = w.codes.size(), scaleBytes = w.scales.size() * 2;
+                const TimingContext context{
+                    timeGeglu(false, false, false, true), timeGeglu(false, false, false, false, true), readAloneMicros(bytes),
+                    prefetchedMicros(
+                        copies,
+                        [&](int c) {
+                            Fp4MatvecParams t = g;
+                            t.codes = tcg.at(c);
+                            t.upCodes = tcu.at(c);
+                            t.scales = reinterpret_cast<const std::uint16_t*>(tsg.at(c));
+                            t.upScales = reinterpret_cast<const std::uint16_t*>(tsu.at(c));
+                            gemma::cuda::launchFp4GegluMatvec(t, nullptr);
+                        },
+                        [&](int c) {
+                            return std::vector<std::pair<const void*, std::size_t>>{
+                                {tcg.at(c), codeBytes}, {tcu.at(c), codeBytes}, {tsg.at(c), scaleBytes}, {tsu.at(c), scaleBytes}};
+                        })};
                 g.tiled = false;  // the timing loop sets the row-layout copies' pointers
                 const double registers = timeGeglu(false, false);
                 g.tiled = true;
@@ -394,7 +475,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
                               s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                               bytes / registers * 1e-3);
-                perfLines.push_back(line);
+                perfLines.push_back(line + contextColumns(context, bytes));
             } else {
                 const double us = timeGeglu(false, false);
                 const double half1 = timeGeglu(false, true), cores = timeGeglu(true, false);
@@ -417,11 +498,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         const Rotation<std::uint32_t> tss(tiled.scales, copies);
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
         auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false,
-                               bool fp16 = false) {
+                               bool fp16 = false, bool sameCopy = false, bool programmatic = false) {
             return medianMicros(
                 [&](int i) {
                     Fp4MatvecParams t = p;
-                    const int c = i % copies;
+                    t.programmaticLaunch = programmatic;
+                    const int c = sameCopy ? 0 : i % copies;
                     t.codes = t.tiled ? tcc.at(c) : cc.at(c);
                     t.scales = t.tiled ? reinterpret_cast<const std::uint16_t*>(tss.at(c)) : ss.at(c);
                     t.forceCudaCores = cudaCores;
@@ -436,13 +518,26 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         };
         if (path == Path::Tiled) {  // p has the tiled layout: against the row layout
             const double tiledUs = timeVariant(false, 0, false, false);
+            const std::size_t codeBytes = w.codes.size(), scaleBytes = w.scales.size() * 2;
+            const TimingContext context{
+                timeVariant(false, 0, false, false, false, false, true), timeVariant(false, 0, false, false, false, false, false, true),
+                readAloneMicros(bytes),
+                prefetchedMicros(
+                    copies,
+                    [&](int c) {
+                        Fp4MatvecParams t = p;
+                        t.codes = tcc.at(c);
+                        t.scales = reinterpret_cast<const std::uint16_t*>(tss.at(c));
+                        gemma::cuda::launchFp4Matvec(t, nullptr);
+                    },
+                    [&](int c) { return std::vector<std::pair<const void*, std::size_t>>{{tcc.at(c), codeBytes}, {tss.at(c), scaleBytes}}; })};
             p.tiled = false;
             const double registers = timeVariant(false, 0, false, false);
             char line[256];
             std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
                           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                           bytes / registers * 1e-3);
-            perfLines.push_back(line);
+            perfLines.push_back(line + contextColumns(context, bytes));
             return;
         }
         const double us = timeVariant(false, 0, false, false);
