@@ -216,13 +216,4 @@ __device__ __forceinline__ uint4 ldgStream16(const void* p) {
     return r;
 }
 
-// Asks the L2 to fetch [p, p + bytes) from memory without waiting for it (a hint: no completion,
-// no ordering; the copy engine does the work, so the calling thread goes on at once). sm_90+;
-// elsewhere nothing. p 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 }  // namespace gemma::cuda

@@ -12,7 +12,9 @@
 // - the tiled device layout (Fp4Tile op, checked byte for byte against reference::tileFp4): every path
 //   (tensor cores, CUDA cores, batches, GeGLU, fused q/k/v, fp16 x) bit-identical to the row layout;
 // - the input norm folded into the matvec (Fp4MatvecParams::inputNorm) against an FP64 chain;
-// - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2).
+// - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2); for the
+//   tiled layout also the same launch from L2, launched programmatically, after an L2 prefetch,
+//   and a plain streaming read of the same bytes (TimingContext: kernel cost against launch cost).
 #include "../../kernels/cuda/Fp4Matvec.cu"
 #include "../../kernels/cuda/Fp4Tile.cu"
 #include "../../kernels/reference/ReferenceOps.cpp"  // standalone project: no reference library
@@ -201,19 +203,26 @@ struct Rotation {
 // dependent launch (each launch's start overlaps the previous one's tail, as in a decode step),
 // and the streaming-read kernel over the same bytes (what one launch of that size can read at
 // best). Together they say how much of a shape's time is the kernel and how much the launch.
-// "after prefetch": the weights were asked into L2 (gemma::cuda::prefetchL2) by a kernel launched
+// "after prefetch": the weights were asked into L2 (prefetchL2) by a kernel launched
 // before a 20 µs wait that leaves the memory idle (as a decode step's attention does), then the
 // matvec ran; its time is that sequence's minus the same sequence without the matvec.
 struct TimingContext {
     double l2ResidentUs, programmaticUs, readAloneUs, prefetchedUs;
 };
+// Asks the L2 to fetch [p, p + bytes) from memory without waiting (a hint, done by the copy
+// engine; sm_90+, elsewhere nothing). p 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
 // Block b asks for its slice of [p, p + bytes) in 64 KB pieces. bytes % 16 == 0.
 __global__ void harnessPrefetchKernel(const std::uint8_t* p, std::int64_t bytes) {
     const std::int64_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
     const std::int64_t blockEnd = (blockIdx.x + 1) * per;
     const std::int64_t end = blockEnd < bytes ? blockEnd : bytes;
     for (std::int64_t a = blockIdx.x * per + threadIdx.x * 65536; a < end; a += blockDim.x * 65536)
-        gemma::cuda::prefetchL2(p + a, static_cast<std::uint32_t>(end - a < 65536 ? end - a : 65536));
+        prefetchL2(p + a, static_cast<std::uint32_t>(end - a < 65536 ? end - a : 65536));
 }
 __global__ void harnessWaitKernel(unsigned long long ns) {
     unsigned long long start, now;
