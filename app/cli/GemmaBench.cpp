@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
-         {"cuda-core-attention", false, "run the decode attention of unfused layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
+         {"cuda-core-attention", false, "run the decode attention of unfused full layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
          {"row-layout", false, "GPU: keep the FP4 weights in the package's row layout instead of the tiled layout"},
          {"separate-attention", false, "GPU: run a decode step's attention as three launches instead of one fused launch"},
          {"separate-norms", false, "GPU: run a decode step's residual norms as their own kernels instead of inside the matvecs"},
-         {"cuda-core-attention", false, "GPU: run the decode attention of large query groups on the fp32 CUDA-core kernel instead of tensor cores"},
+         {"cuda-core-attention", false, "GPU: run the decode attention of full layers with large query groups on the fp32 CUDA-core kernel instead of tensor cores"},
          {"quiet", false, "do not print statistics to stderr"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
     if (!cli.positional().empty()) return fail("unexpected argument '" + cli.positional().front() + "' (see --help)");

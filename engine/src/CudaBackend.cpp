@@ -625,8 +625,11 @@ private:
         p.workspace = attentionWorkspace_.as<void>();
         p.workspaceBytes = attentionWorkspace_.bytes();
         p.programmaticLaunch = programmaticLaunch_;
-        // Decode rows of unfused layers: the split pieces on tensor cores (OpenOptions).
-        p.tensorCores = tensorCoreAttention_ && rows == 1 && !fusedAttentionFor(layer, rows);
+        // Decode rows of unfused full layers: the split pieces on tensor cores (OpenOptions). Not the
+        // sliding layers: their bands stay within the window, where the CUDA-core kernel is as fast
+        // or faster (H200: e2b's 8-head sliding layers 2 % slower on tensor cores; docs/PERFORMANCE.md
+        // version 8).
+        p.tensorCores = tensorCoreAttention_ && rows == 1 && !fusedAttentionFor(layer, rows) && g.type != LayerType::Sliding;
         return p;
     }
 

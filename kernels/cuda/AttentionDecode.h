@@ -61,7 +61,8 @@ struct AttentionDecodeParams {
     // it for small groups only (kFusedAttentionMaxGroup).
     bool fuseMerge = false;
 
-    // Tensor cores for one decode row (rows == 1, no fusions): the split kernel is the prefill's
+    // Tensor cores for one decode row (rows == 1, no fusions; the CUDA backend sets it for its full
+    // layers, OpenOptions::tensorCoreAttention): the split kernel is the prefill's
     // flash-attention kernel over pieces of the band (AttentionPrefillParams::splits: mma.sync with
     // q, K, V and P rounded to fp16, fp32 softmax and accumulation; AttentionPrefill.cu states the
     // error, ~1e-3 of max|out|), then the same merge. The CUDA-core split kernel is issue-bound

@@ -33,11 +33,12 @@ struct Generation {
 
 Generation generate(const fs::path& package, gemma::Device device, const std::vector<std::int32_t>& prompt, int count,
                     gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16, int prefillGemmMinRows = 16,
-                    bool programmaticLaunch = gemma::OpenOptions{}.programmaticLaunch) {
+                    bool programmaticLaunch = gemma::OpenOptions{}.programmaticLaunch, bool fusedAttention = true) {
     Generation run;
     gemma::OpenOptions options{device, 512, kvCache};
     options.prefillGemmMinRows = prefillGemmMinRows;
     options.programmaticLaunch = programmaticLaunch;
+    options.fusedAttention = fusedAttention;
     auto engine = gemma::Engine::open(package, options);
     EXPECT_TRUE(engine) << engine.status().message();
     if (!engine) return run;
@@ -166,11 +167,18 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     const Generation ordinary =
         generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0, false);
     compare(ordinary, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(no programmatic launch) vs cpu", 1e-3);
+    // Unfused decode attention: every full layer's decode attention then runs on the tensor-core
+    // pieces (OpenOptions::tensorCoreAttention; the goldens' groups of at most 4 heads are
+    // otherwise fused), fp16 operands as in the GEMM prefill's flash attention, hence its tolerance.
+    const Generation tensorCores =
+        generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0, true, false);
+    compare(tensorCores, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(tensor-core decode attention) vs cpu", 2e-2);
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");
     compare(exact, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs transformers", 2e-2);
     compare(matvecOnly, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(matvec prefill) vs transformers", 1e-3);
+    compare(tensorCores, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(tensor-core decode attention) vs transformers", 2e-2);
 }
 
 // The opt-in decode graph must pass its own bit-identical self-check (CudaBackend::decodeStep)

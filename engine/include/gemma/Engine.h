@@ -152,8 +152,8 @@ struct OpenOptions {
     // matvec that consumes them (Fp4MatvecParams::inputNorm): no norm kernels between the layers'
     // matvecs (docs/PERFORMANCE.md version 7). false: separate norm kernels (comparisons).
     bool fusedNorms = true;
-    // CUDA: the decode attention of layers that are not fused (query groups larger than 4 per KV
-    // head: the 12b's and 31b's full layers) runs its split pieces on tensor cores, the prefill's
+    // CUDA: the decode attention of full layers that are not fused (query groups larger than 4 per
+    // KV head: the 12b's, 31b's and e2b's full layers) runs its split pieces on tensor cores, the prefill's
     // flash-attention kernel over pieces of the band (AttentionDecodeParams::tensorCores: q, K, V and
     // P rounded to fp16, fp32 softmax; ~1e-3 of max|out|, like the prefill's attention).
     // docs/PERFORMANCE.md version 8. false: the fp32 CUDA-core split kernel (comparisons).
