@@ -518,6 +518,12 @@ inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts
     return static_cast<int>(s);
 }
 
+// The workspace of `splits` splits: the merge counters, then the partials (0: no valid split count).
+inline std::size_t workspaceBytesFor(const AttentionDecodeParams& p, int splits) {
+    if (splits <= 0 || p.rows < 1 || p.qHeads < 1 || p.headDim < 1) return 0;
+    return kCounterBytes + sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits * (static_cast<std::size_t>(p.headDim) + 2);
+}
+
 // The partials' places in the workspace (after the merge counters).
 inline float* partialO(const AttentionDecodeParams& p) {
     return reinterpret_cast<float*>(static_cast<unsigned char*>(p.workspace) + kCounterBytes);
@@ -588,10 +594,7 @@ int attentionDecodeSplits(const AttentionDecodeParams& p) {
 }
 
 std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& p) {
-    const int splits = attentionDecodeSplits(p);
-    if (splits <= 0 || p.rows < 1 || p.qHeads < 1 || p.headDim < 1) return 0;
-    return attndetail::kCounterBytes + sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits *
-                                           (static_cast<std::size_t>(p.headDim) + 2);
+    return attndetail::workspaceBytesFor(p, attentionDecodeSplits(p));
 }
 
 KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t stream) {
@@ -618,7 +621,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         if (p.rows != 1 || p.fuseNormRope || p.fuseMerge) return KernelStatus::InvalidArgument;
         const int splits = chooseSplits(p, facts);
         if (splits < 1) return KernelStatus::Unsupported;
-        if (p.workspaceBytes < attentionDecodeWorkspaceBytes(p)) return KernelStatus::InvalidArgument;
+        if (p.workspaceBytes < workspaceBytesFor(p, splits)) return KernelStatus::InvalidArgument;
         const KernelStatus status = launchAttentionPrefill(prefillForm(p, splits, partialO(p), partialML(p, splits)), stream);
         if (status != KernelStatus::Ok || splits == 1) return status;
         return launchMerge(p, partialO(p), partialML(p, splits), splits, stream) == cudaSuccess ? KernelStatus::Ok
@@ -628,7 +631,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
         return KernelStatus::Unsupported;
     const int splits = chooseSplits(p, facts);
-    if (p.workspaceBytes < attentionDecodeWorkspaceBytes(p)) return KernelStatus::InvalidArgument;
+    if (p.workspaceBytes < workspaceBytesFor(p, splits)) return KernelStatus::InvalidArgument;
     if ((p.fuseNormRope || p.fuseMerge) && (p.rows != 1 || p.kvHeads > kMaxCounters)) return KernelStatus::InvalidArgument;
     if (p.fuseNormRope) {
         const QkvNormRopeParams& r = p.normRope;

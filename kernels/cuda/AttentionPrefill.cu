@@ -528,15 +528,17 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         cpAsyncWait<0>();  // only empty groups remain; leave none behind
     }
 
+    // The rows' sums over the 4 lanes of a quad (every lane holds its share).
+    float l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        l[i] = lRun[i];
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+
     // ---- split launch: this piece's partials (AttentionPrefillParams::splits) ----------------------
     if (p.splits > 1) {
-        float l[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            l[i] = lRun[i];
-            l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-            l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        }
         const bool anyKeys = nTiles > 0;  // one row: every key of a non-empty piece is in its band
         constexpr float kLn2 = 0.6931471805599453f;  // mRun is in units of log2(e)
 #pragma unroll
@@ -558,14 +560,8 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     }
 
     // ---- normalise and store (this warp's dims) ----------------------------------------------------
-    float inv[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        float l = lRun[i];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[i] = 1.0f / l;  // empty band: l = 0, O = 0 → NaN, as the decode kernel
-    }
+    // Empty band: l = 0, O = 0 → NaN, as the decode kernel.
+    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
 #pragma unroll
     for (int j = 0; j < kDimTiles8; ++j) {
         const int d = dBase + j * 8 + 2 * tig;
