@@ -72,44 +72,27 @@ inline KernelStatus launchStatus(cudaError_t err) {
 //   covered because every kernel of the chain waits before it can finish. Otherwise (not asked,
 //   below sm_90): an ordinary launch.
 // - Returns the launch's error; the runtime's last-error slot is consumed as launchStatus() does.
-// - launchKernelInClusters with clusterX > 1: the blocks run in clusters of clusterX along x
-//   (sm_90+; grid.x a multiple of clusterX), each cluster's blocks resident at once.
 template <typename... Params>
-inline cudaError_t launchKernelInClusters(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                                          bool programmatic, unsigned clusterX, std::type_identity_t<Params>... args) {
-    cudaLaunchAttribute attributes[2]{};
+inline cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                                cudaStream_t stream, bool programmatic, std::type_identity_t<Params>... args) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = stream;
-    config.attrs = attributes;
+    config.attrs = &attribute;
     config.numAttrs = 0;
     if (programmatic) {
         DeviceFacts facts;
         if (queryDeviceFacts(facts) != KernelStatus::Ok) return cudaErrorInvalidDevice;
-        if (facts.computeMajor >= 9) {
-            attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attributes[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
-            ++config.numAttrs;
-        }
-    }
-    if (clusterX > 1) {
-        attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
-        attributes[config.numAttrs].val.clusterDim.x = clusterX;
-        attributes[config.numAttrs].val.clusterDim.y = 1;
-        attributes[config.numAttrs].val.clusterDim.z = 1;
-        ++config.numAttrs;
+        if (facts.computeMajor >= 9) config.numAttrs = 1;
     }
     const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
     const cudaError_t last = cudaGetLastError();
     return err != cudaSuccess ? err : last;
-}
-
-template <typename... Params>
-inline cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
-                                cudaStream_t stream, bool programmatic, std::type_identity_t<Params>... args) {
-    return launchKernelInClusters(kernel, grid, block, smem, stream, programmatic, 1u, args...);
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
@@ -200,38 +183,6 @@ __device__ __forceinline__ float blockSum(float v, float* scratch) {
     for (int w = 0; w < warps; ++w) total += scratch[w];
     return total;
 }
-
-// ---- device: thread-block clusters (sm_90+) -------------------------------------------------------
-// Distributed shared memory: a block of a cluster may store into a peer block's shared memory at
-// the address mapa gives for its own variable. The blocks must all have started before the first
-// such store (a cluster barrier: clusterArrive() early, clusterWait() before the stores) and a
-// block's stores are visible to the peer after the next barrier (clusterSync()).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned clusterRank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-// The shared::cluster address of `p` (this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ std::uint32_t peerSharedAddress(const void* p, unsigned rank) {
-    std::uint32_t a;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                 : "=r"(a)
-                 : "r"(static_cast<std::uint32_t>(__cvta_generic_to_shared(p))), "r"(rank));
-    return a;
-}
-__device__ __forceinline__ void storeClusterShared(std::uint32_t address, uint4 v) {
-    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-__device__ __forceinline__ void storeClusterShared(std::uint32_t address, float v) {
-    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(address), "f"(v) : "memory");
-}
-__device__ __forceinline__ void clusterArrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void clusterWait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void clusterSync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-#endif
 
 // ---- device: BF16 storage (raw uint16 bits, as WeightFormats.h) --------------------------------
 __device__ __forceinline__ float bf16LoToFloat(std::uint32_t pair) { return __uint_as_float(pair << 16); }

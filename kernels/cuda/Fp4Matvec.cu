@@ -557,13 +557,9 @@ constexpr int kIntStagePieces = 2;  // 16-input pieces per thread per pass, load
 
 // Converts the S pieces a thread holds in one pass (piece c = base + s·kMmaThreads + thread; v[s][f]
 // = its inputs 4f .. 4f+3, zero past `in`). Warp-uniform: every lane takes part in the shuffles.
-// PAIRED (stageXIntegerPaired): every plane word and factor also goes to the same place in the
-// cluster peer's shared memory (peerPlanes, peerFactors: their shared::cluster addresses); pieces
-// at or past `pieces` (this block's end) are not converted.
-template <int S, bool PAIRED = false>
+template <int S>
 __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base, int pieces, std::int64_t stride,
-                                               std::uint8_t* planes, float* factors, std::uint32_t peerPlanes = 0,
-                                               std::uint32_t peerFactors = 0) {
+                                               std::uint8_t* planes, float* factors) {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
         const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
@@ -577,13 +573,7 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
         if (c >= pieces) continue;
         const int e = formats::fp4decode::integerExponent(maxBits);
         const float up = formats::fp4decode::powerOfTwo(e);
-        if ((c & 7) == 0) {
-            const float factor = formats::fp4decode::integerFactor(maxBits, e);
-            factors[c >> 3] = factor;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            if constexpr (PAIRED) storeClusterShared(peerFactors + static_cast<std::uint32_t>(c >> 3) * 4u, factor);
-#endif
-        }
+        if ((c & 7) == 0) factors[c >> 3] = formats::fp4decode::integerFactor(maxBits, e);
         std::uint32_t word[kPlanes][4];
 #pragma unroll
         for (int f = 0; f < 4; ++f) {
@@ -597,13 +587,9 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
             for (int p = 0; p < kPlanes; ++p) word[p][f] = plane[p];
         }
 #pragma unroll
-        for (int p = 0; p < kPlanes; ++p) {
-            const uint4 w = make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
-            *reinterpret_cast<uint4*>(planes + p * stride + static_cast<std::int64_t>(c) * 16) = w;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            if constexpr (PAIRED) storeClusterShared(peerPlanes + static_cast<std::uint32_t>(p * stride + c * 16), w);
-#endif
-        }
+        for (int p = 0; p < kPlanes; ++p)
+            *reinterpret_cast<uint4*>(planes + p * stride + static_cast<std::int64_t>(c) * 16) =
+                make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
     }
 }
 
@@ -623,38 +609,6 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
         convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
     }
 }
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// x staged by a cluster of two blocks (Fp4MatvecParams::pairedX): each converts the half of the
-// groups its rank owns and stores the planes and factors into both blocks' shared memory, so a
-// launch reads x from L2 once per pair instead of once per block (x read by every block of a
-// launch at once comes at ≈ 2.3 TB/s on an H200: 6.3 µs for the 12b down's 60 KB in 240 blocks,
-// docs/PERFORMANCE.md version 9). The same conversion per piece: the planes are bit for bit the
-// ones stageXInteger makes. The caller waits for the peer to have started (clusterWait) before,
-// and syncs the cluster (clusterSync) after.
-__device__ __forceinline__ void stageXIntegerPaired(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
-                                                    float* factors) {
-    const unsigned rank = clusterRank();
-    const int half = (groups + 1) / 2;
-    const int begin = rank == 0 ? 0 : half * 8;
-    const int end = rank == 0 ? half * 8 : groups * 8;
-    const std::uint32_t peerPlanes = peerSharedAddress(planes, rank ^ 1u);
-    const std::uint32_t peerFactors = peerSharedAddress(factors, rank ^ 1u);
-    // Warp-uniform trip count: every lane takes part in the shuffles. begin % 8 == 0: a group's 8
-    // pieces stay in 8 consecutive lanes.
-    for (int base = begin; base < end; base += kMmaThreads * kIntStagePieces) {
-        float4 v[kIntStagePieces][4];
-#pragma unroll
-        for (int s = 0; s < kIntStagePieces; ++s) {
-            const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
-#pragma unroll
-            for (int f = 0; f < 4; ++f)
-                v[s][f] = c < end ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        convertXPieces<kIntStagePieces, true>(v, base, end, planeBytes(groups), planes, factors, peerPlanes, peerFactors);
-    }
-}
-#endif
 
 // The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
 // the residual stream itself, as launchRmsNormResidual does (RmsNorm.h: the same fp32 operations
@@ -778,16 +732,10 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-// PAIRED (integer x without the input norm; launched in clusters of two): x staged by the pair
-// (stageXIntegerPaired).
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool PAIRED = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
-    static_assert(!PAIRED || INTEGER, "paired staging: integer x");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (PAIRED) clusterArrive();  // this block has started (waited for before the peer's stores)
-#endif
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
     __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
     __shared__ float normScratch[INTEGER ? 32 : 1];  // blockSum's, for the input norm
@@ -861,21 +809,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const float postscale = INTEGER ? 1.0f : kXPostscale;
     std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
-    if constexpr (PAIRED) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        clusterWait();
-        stageXIntegerPaired(args.x, in, groups, intPlanes, intFactors);
-        clusterSync();  // both halves written, in both blocks
-#endif
+    if constexpr (INTEGER) {
+        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
-        if constexpr (INTEGER) {
-            if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
-            else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
-        } else {
-            stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
-        }
-        __syncthreads();
+        stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
+    __syncthreads();
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
     IntegerLane intLane{};
@@ -1027,11 +967,11 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool PAIRED = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED, PAIRED>;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -1042,12 +982,7 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
-    int blocks = (tiles + rounds - 1) / rounds;
-    if constexpr (PAIRED) {
-        blocks += blocks & 1;  // whole pairs (a block without tiles still stages its half of x)
-        return launchKernelInClusters(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, 2u,
-                                      args, tiles);
-    }
+    const int blocks = (tiles + rounds - 1) / rounds;
     return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
 }
 
@@ -1092,15 +1027,8 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
     if (p.tiled && form == XForm::Integer) {
-        // x staged by pairs of blocks (sm_90+, x as given: the input norm is computed per block).
-        const bool paired = p.pairedX && facts.computeMajor >= 9 && !p.inputNorm.residualIn;
-        if constexpr (GEGLU) {
-            err = paired ? launchMmaTyped<true, XForm::Integer, 2, 1, true, true>(args, tiles, smem, facts, pdl, stream)
-                         : launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
-        } else {
-            err = paired ? launchMmaTyped<false, XForm::Integer, 4, 1, true, true>(args, tiles, smem, facts, pdl, stream)
-                         : launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
-        }
+        if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
+        else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
         err = launchFp16Variant<GEGLU, GEGLU ? 2 : 4, 1, true>(form, args, tiles, smem, facts, pdl, stream);
     } else if (form == XForm::Integer) {

@@ -65,10 +65,6 @@ struct Fp4MatvecParams {
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The
     // previous kernel must not need to finish before this one's launch for any other reason.
     bool programmaticLaunch = false;
-    // Batch 1, integer x, tiled, without the input norm, sm_90+: the blocks run in clusters of two
-    // and each pair reads x once (each block converts half and stores it into both blocks' shared
-    // memory) instead of every block reading all of it. Bit-identical either way.
-    bool pairedX = false;
     // The input norm folded into the matvec (batch 1 on the integer tensor-core path, the
     // default; refused elsewhere). With residualIn set, `x` is not read: every block computes x
     // from the residual stream as launchRmsNormResidual (RmsNorm.h) does with residual =

@@ -206,9 +206,8 @@ struct Rotation {
 // "after prefetch": the weights were asked into L2 (prefetchL2) by a kernel launched
 // before a 20 µs wait that leaves the memory idle (as a decode step's attention does), then the
 // matvec ran; its time is that sequence's minus the same sequence without the matvec.
-// "paired x": programmatic, x staged by pairs of blocks (Fp4MatvecParams::pairedX).
 struct TimingContext {
-    double l2ResidentUs, programmaticUs, readAloneUs, prefetchedUs, pairedUs;
+    double l2ResidentUs, programmaticUs, readAloneUs, prefetchedUs;
 };
 // Asks the L2 to fetch [p, p + bytes) from memory without waiting (a hint, done by the copy
 // engine; sm_90+, elsewhere nothing). p 16-byte aligned, bytes a multiple of 16.
@@ -263,9 +262,8 @@ double readAloneMicros(double bytes) {
 }
 std::string contextColumns(const TimingContext& t, double bytes) {
     char line[200];
-    std::snprintf(line, sizeof line,
-                  " | L2-resident %6.2f us | programmatic %6.2f us | paired x %6.2f us | after prefetch %6.2f us | read alone %6.2f us %7.1f GB/s",
-                  t.l2ResidentUs, t.programmaticUs, t.pairedUs, t.prefetchedUs, t.readAloneUs, bytes / t.readAloneUs * 1e-3);
+    std::snprintf(line, sizeof line, " | L2-resident %6.2f us | programmatic %6.2f us | after prefetch %6.2f us | read alone %6.2f us %7.1f GB/s",
+                  t.l2ResidentUs, t.programmaticUs, t.prefetchedUs, t.readAloneUs, bytes / t.readAloneUs * 1e-3);
     return line;
 }
 
@@ -337,14 +335,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(registers, nullptr) : gemma::cuda::launchFp4Matvec(registers, nullptr));
         HCHECK(cudaDeviceSynchronize());
         report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " tiled layout bit-identical to the row layout",
-                        sameBits(got, dy.download(), s.out), "");
-        // x staged by pairs of blocks (pairedX; batch 1 without the input norm, else ignored).
-        Fp4MatvecParams paired = tiledParams;
-        paired.pairedX = true;
-        dy.poison();
-        HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(paired, nullptr) : gemma::cuda::launchFp4Matvec(paired, nullptr));
-        HCHECK(cudaDeviceSynchronize());
-        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " paired x staging bit-identical",
                         sameBits(got, dy.download(), s.out), "");
     };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
@@ -451,13 +441,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             // The tiled copies (dummies of a few bytes on the other paths).
             const Rotation<std::uint8_t> tcg(tiled.codes, copies), tcu(upTiled.codes, copies);
             const Rotation<std::uint32_t> tsg(tiled.scales, copies), tsu(upTiled.scales, copies);
-            auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false, bool sameCopy = false, bool programmatic = false,
-                                 bool pairedX = false) {
+            auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false, bool sameCopy = false, bool programmatic = false) {
                 return medianMicros(
                     [&](int i) {
                         Fp4MatvecParams t = g;
                         t.programmaticLaunch = programmatic;
-                        t.pairedX = pairedX;
                         const int c = sameCopy ? 0 : i % copies;
                         t.codes = t.tiled ? tcg.at(c) : cg.at(c);
                         t.upCodes = t.tiled ? tcu.at(c) : cu.at(c);
@@ -488,8 +476,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         [&](int c) {
                             return std::vector<std::pair<const void*, std::size_t>>{
                                 {tcg.at(c), codeBytes}, {tcu.at(c), codeBytes}, {tsg.at(c), scaleBytes}, {tsu.at(c), scaleBytes}};
-                        }),
-                    timeGeglu(false, false, false, false, true, true)};
+                        })};
                 g.tiled = false;  // the timing loop sets the row-layout copies' pointers
                 const double registers = timeGeglu(false, false);
                 g.tiled = true;
@@ -520,12 +507,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         const Rotation<std::uint32_t> tss(tiled.scales, copies);
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
         auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false,
-                               bool fp16 = false, bool sameCopy = false, bool programmatic = false, bool pairedX = false) {
+                               bool fp16 = false, bool sameCopy = false, bool programmatic = false) {
             return medianMicros(
                 [&](int i) {
                     Fp4MatvecParams t = p;
                     t.programmaticLaunch = programmatic;
-                    t.pairedX = pairedX;
                     const int c = sameCopy ? 0 : i % copies;
                     t.codes = t.tiled ? tcc.at(c) : cc.at(c);
                     t.scales = t.tiled ? reinterpret_cast<const std::uint16_t*>(tss.at(c)) : ss.at(c);
@@ -553,8 +539,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         t.scales = reinterpret_cast<const std::uint16_t*>(tss.at(c));
                         gemma::cuda::launchFp4Matvec(t, nullptr);
                     },
-                    [&](int c) { return std::vector<std::pair<const void*, std::size_t>>{{tcc.at(c), codeBytes}, {tss.at(c), scaleBytes}}; }),
-                timeVariant(false, 0, false, false, false, false, false, true, true)};
+                    [&](int c) { return std::vector<std::pair<const void*, std::size_t>>{{tcc.at(c), codeBytes}, {tss.at(c), scaleBytes}}; })};
             p.tiled = false;
             const double registers = timeVariant(false, 0, false, false);
             char line[256];
@@ -723,12 +708,10 @@ void runIntegerEdgeCases(std::mt19937_64& rng, Report& report) {
 // poisoned with NaN before each round, so reading x or y1 early gives NaN or stale values. The
 // references use the GPU's own x and y1 (downloaded after the round), so only the ordering is
 // under test, 20 rounds.
-// pairedTiled: both matvecs on tiled weights with x staged by pairs of blocks (pairedX).
-void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool pairedTiled = false) {
+void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
     constexpr std::int64_t kIn = 3840, kMid = 2048, kOut = 512;
     const Fp4Matrix w1 = randomFp4(kMid, kIn, rng), w2 = randomFp4(kOut, kMid, rng);
     DeviceFp4 d1 = upload(w1), d2 = upload(w2);
-    const TiledFp4 t1 = tileWeight(w1, d1, report), t2 = tileWeight(w2, d2, report);
     std::vector<float> input(static_cast<std::size_t>(kIn));
     for (auto& v : input) v = std::uniform_real_distribution<float>(-3.f, 3.f)(rng);
     DeviceBuffer<float> residual(kIn), x(kIn), y1(kMid), y2(kOut);
@@ -748,15 +731,10 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool pairedTiled
         HCHECK_STATUS(gemma::cuda::launchRmsNormResidual(norm, nullptr));
         Fp4MatvecParams a = oneVector(d1, kMid, kIn, x.ptr, y1.ptr);
         a.programmaticLaunch = true;
-        if (pairedTiled) {
-            a.codes = t1.codes.ptr;
-            a.scales = t1.scaleBits();
-            a.tiled = a.pairedX = true;
-        }
         HCHECK_STATUS(gemma::cuda::launchFp4Matvec(a, nullptr));
         Fp4MatvecParams b = a;
-        b.codes = pairedTiled ? t2.codes.ptr : d2.codes.ptr;
-        b.scales = pairedTiled ? t2.scaleBits() : d2.scales.ptr;
+        b.codes = d2.codes.ptr;
+        b.scales = d2.scales.ptr;
         b.out = kOut;
         b.in = kMid;
         b.x = y1.ptr;
@@ -782,8 +760,7 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report, bool pairedTiled
     }
     char note[96];
     std::snprintf(note, sizeof note, "20 rounds, worst rel %.2e", worst);
-    report.addCheck(std::string("programmatic launch chain norm -> matvec -> matvec") + (pairedTiled ? " (tiled, paired x)" : ""),
-                    finite && worst <= 1e-4, note);
+    report.addCheck("programmatic launch chain norm -> matvec -> matvec", finite && worst <= 1e-4, note);
 }
 
 // The input norm folded into the matvec (Fp4MatvecParams::inputNorm): x computed in every block
@@ -1052,7 +1029,6 @@ int main() {
     runShape({"odd.1001x2112", 1001, 2112, true}, 5, rng, report, lt, false, perf);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report);
     runProgrammaticChain(rng, report);
-    runProgrammaticChain(rng, report, /*pairedTiled=*/true);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, /*twoGroups=*/true);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, /*twoGroups=*/true);
