@@ -476,19 +476,26 @@ inline AttentionPrefillParams prefillForm(const AttentionDecodeParams& p, int sp
     return f;
 }
 
+// The split count both split kernels use: pieces of at least 2 tiles of `keysPerTile` keys over
+// the band, and no more splits than fill the device's `resident` blocks at `blocksPerSplit`
+// blocks each; within [1, kMaxSplits].
+inline int splitCount(const AttentionDecodeParams& p, std::int64_t keysPerTile, std::int64_t resident, std::int64_t blocksPerSplit) {
+    const std::int64_t band = p.maxBand > 0 ? p.maxBand : p.capacity;
+    const std::int64_t byLength = (band + 2 * keysPerTile - 1) / (2 * keysPerTile);
+    const std::int64_t bySm = (resident + blocksPerSplit - 1) / blocksPerSplit;
+    std::int64_t s = byLength < bySm ? byLength : bySm;
+    if (s < 1) s = 1;
+    if (s > kMaxSplits) s = kMaxSplits;
+    return static_cast<int>(s);
+}
+
 // Tensor-core pieces: at least 2 tiles each, and as many blocks as the device holds at once (the
 // prefill kernel's occupancy); 0 when the prefill kernel does not take these parameters.
 inline int tensorCoreSplits(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     AttentionPrefillPlan plan;
     if (attentionPrefillPlan(attentionPrefillForm(p), plan) != KernelStatus::Ok) return 0;
-    const std::int64_t band = p.maxBand > 0 ? p.maxBand : p.capacity;
-    const std::int64_t byLength = (band + 2 * plan.keysPerTile - 1) / (2 * plan.keysPerTile);
-    const std::int64_t blocksPerSplit = static_cast<std::int64_t>(plan.gridX) * plan.gridY;
-    const std::int64_t bySm = (static_cast<std::int64_t>(plan.blocksPerSm) * facts.smCount + blocksPerSplit - 1) / blocksPerSplit;
-    std::int64_t s = byLength < bySm ? byLength : bySm;
-    if (s < 1) s = 1;
-    if (s > kMaxSplits) s = kMaxSplits;
-    return static_cast<int>(s);
+    return splitCount(p, plan.keysPerTile, static_cast<std::int64_t>(plan.blocksPerSm) * facts.smCount,
+                      static_cast<std::int64_t>(plan.gridX) * plan.gridY);
 }
 
 // Splits per (row, kv head): pieces of at least 2 tiles, and as many blocks as the device holds
@@ -498,10 +505,6 @@ inline int tensorCoreSplits(const AttentionDecodeParams& p, const DeviceFacts& f
 inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     if (p.splits > 0) return p.splits < kMaxSplits ? p.splits : kMaxSplits;
     if (p.tensorCores) return tensorCoreSplits(p, facts);
-    const int tile = tileKeys(p.headDim, p.kvDtype);
-    const std::int64_t band = p.maxBand > 0 ? p.maxBand : p.capacity;
-    std::int64_t byLength = (band + 2 * tile - 1) / (2 * tile);  // >= 2 tiles per split
-    const std::int64_t blocksPerSplit = static_cast<std::int64_t>(p.kvHeads) * p.rows;
     constexpr std::size_t kReservedPerBlock = 1024;  // the runtime's shared memory per block
     const std::size_t smem = attentionSmemBytes(p.headDim, static_cast<int>(kvElementBytes(p.kvDtype)), p.qHeads / p.kvHeads) +
                              kReservedPerBlock;
@@ -511,11 +514,7 @@ inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts
     const int maxPerSm = p.headDim >= 128 ? kMaxBlocksPerSm : 2;
     if (perSm > maxPerSm) perSm = maxPerSm;
     if (perSm < 2) perSm = 2;
-    std::int64_t bySm = (perSm * facts.smCount + blocksPerSplit - 1) / blocksPerSplit;
-    std::int64_t s = byLength < bySm ? byLength : bySm;
-    if (s < 1) s = 1;
-    if (s > kMaxSplits) s = kMaxSplits;
-    return static_cast<int>(s);
+    return splitCount(p, tileKeys(p.headDim, p.kvDtype), perSm * facts.smCount, static_cast<std::int64_t>(p.kvHeads) * p.rows);
 }
 
 // The workspace of `splits` splits: the merge counters, then the partials (0: no valid split count).
