@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
+         {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
@@ -187,6 +188,7 @@ int main(int argc, char** argv) {
     options.fusedAttention = !cli.has("separate-attention");
     options.fusedNorms = !cli.has("separate-norms");
     options.tensorCoreAttention = !cli.has("cuda-core-attention");
+    options.persistentLmHead = cli.has("persistent-lm-head");
     const bool hostSampling = cli.has("host-sampling");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);

@@ -178,7 +178,8 @@ public:
           kvDtype_(options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16), graphWanted_(options.cudaGraph),
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
-          fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention) {}
+          fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
+          persistentLmHead_(options.persistentLmHead) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -256,7 +257,7 @@ public:
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
-               (tensorCoreAttention_ ? "" : ", CUDA-core attention") +
+               (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) + ")";
@@ -1118,6 +1119,7 @@ private:
         p.rows = rows - first;
         p.softcap = c.finalLogitSoftcap;
         p.programmaticLaunch = programmaticLaunch_;
+        p.persistent = persistentLmHead_;
         return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
     }
 
@@ -1281,6 +1283,7 @@ private:
     bool fusedAttention_ = true;
     bool fusedNorms_ = true;
     bool tensorCoreAttention_ = true;
+    bool persistentLmHead_ = false;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and
     // which buffer of the pair (residual_, residualAlternate_) holds the residual stream now.
     struct PendingNorm {

@@ -25,6 +25,11 @@ struct Fp8LmHeadParams {
     // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
     // before its first global access). Ignored elsewhere.
     bool programmaticLaunch = false;
+    // One row of logits on a resident grid of 8-row warps instead of the one-shot grid of 4-row
+    // warps (the same bits). Faster alone (H200: 231–239 µs against 251 for the 12b's lm_head),
+    // slower inside the decode step (0.317 ms against 0.245 in its kernel timeline), so off by
+    // default; docs/PERFORMANCE.md version 10.
+    bool persistent = false;
 };
 
 KernelStatus launchFp8LmHead(const Fp8LmHeadParams& params, cudaStream_t stream);

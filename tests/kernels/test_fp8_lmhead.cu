@@ -89,6 +89,25 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
     std::snprintf(name, sizeof name, "lm_head V%lld H%lld b%d cap%g", static_cast<long long>(vocab),
                   static_cast<long long>(hidden), rows, cap);
     report.add(producer.tag() + name, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
+    // The resident 8-row grid (Fp8LmHeadParams::persistent, one row) must give the one-shot
+    // grid's bits: same per-lane FMA order, same reduction. Programmatic too when the producer
+    // is (its first codes are read before the wait).
+    auto persistent = [&](const std::uint8_t* codes, cudaStream_t stream, bool programmatic) {
+        gc::Fp8LmHeadParams q = p;
+        q.codes = codes;
+        q.persistent = true;
+        q.programmaticLaunch = programmatic;
+        HCHECK_STATUS(gc::launchFp8LmHead(q, stream));
+    };
+    if (rows == 1) {
+        dl.poison();
+        producer.produce();
+        persistent(dc.ptr, producer.stream(), producer.programmatic());
+        HCHECK(cudaDeviceSynchronize());
+        const std::vector<float> again = dl.download();
+        report.addCheck(producer.tag() + name + " persistent 8-row grid bit-identical",
+                        again.size() == got.size() && std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0, "");
+    }
 
     if (timing && rows == 1) {
         const double bytes = static_cast<double>(t.codes.size()) + 4.0 * vocab;
@@ -100,12 +119,15 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
             [&](int i) {
                 gc::Fp8LmHeadParams q = p;
                 q.codes = cc.ptr + (i % copies) * t.codes.size();
+                q.programmaticLaunch = false;
                 gc::launchFp8LmHead(q, nullptr);
             },
             5, 30);
-        char line[160];
-        std::snprintf(line, sizeof line, "lm_head %lld x %lld: %.1f us, %.1f GB/s",
-                      static_cast<long long>(vocab), static_cast<long long>(hidden), us, bytes / us * 1e-3);
+        const double persistentUs = medianMicros([&](int i) { persistent(cc.ptr + (i % copies) * t.codes.size(), nullptr, false); }, 5, 30);
+        char line[256];
+        std::snprintf(line, sizeof line, "lm_head %lld x %lld: %.1f us, %.1f GB/s | persistent 8-row grid %.1f us, %.1f GB/s",
+                      static_cast<long long>(vocab), static_cast<long long>(hidden), us, bytes / us * 1e-3, persistentUs,
+                      bytes / persistentUs * 1e-3);
         perf.push_back(line);
     }
 }

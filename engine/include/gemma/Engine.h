@@ -158,6 +158,10 @@ struct OpenOptions {
     // P rounded to fp16, fp32 softmax; ~1e-3 of max|out|, like the prefill's attention).
     // docs/PERFORMANCE.md version 8. false: the fp32 CUDA-core split kernel (comparisons).
     bool tensorCoreAttention = true;
+    // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps
+    // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
+    // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
+    bool persistentLmHead = false;
 };
 
 struct MemoryEstimate {
