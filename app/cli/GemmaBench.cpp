@@ -235,6 +235,30 @@ int main(int argc, char** argv) {
         request.topKSampling = false;
         request.instrumented = true;
         auto timed = alsoInstrumented ? (*engine)->benchmarkDecode(request, {}) : plain;
+        request.instrumented = false;
+        // The plain greedy chain again with the GPU's kernel timeline recorded (CUPTI): the
+        // buckets of the steps as they really run, graph and programmatic overlap included.
+        Json traced;  // null where not asked or not available
+        if (alsoInstrumented && !hostSampling) {
+            request.traced = true;
+            auto run = (*engine)->benchmarkDecode(request, {});
+            request.traced = false;
+            if (run && run->traced) {
+                traced = Json::object();
+                for (int b = 0; b < gemma::kBucketCount; ++b) {
+                    traced["buckets"][gemma::bucketName(static_cast<gemma::Bucket>(b))] = {
+                        {"ms_per_token", run->trace.bucketMs[static_cast<std::size_t>(b)]},
+                        {"launches_per_step", run->trace.launches[static_cast<std::size_t>(b)]}};
+                }
+                traced["tokens_per_second"] = run->tokensPerSecond;
+                traced["ms_per_token"] = run->msPerToken;
+                traced["busy_ms_per_token"] = run->trace.busyMs;
+                traced["unknown_kernels"] = run->trace.unknownKernels;
+            } else if (!run) {
+                traced = Json::object();
+                traced["unavailable"] = run.status().message();
+            }
+        }
         if (!timed || !other || !sampled) {
             std::cerr << "gemma-bench: " << (!timed ? timed : !other ? other : sampled).status().message() << "\n";
             return false;
@@ -266,7 +290,8 @@ int main(int argc, char** argv) {
                                      // --no-graph or its self-check refused it; instrumented steps launch directly (event pairs).
                                      {"cuda_graph_plain_run",
                                       (*engine)->info().backend.find(hostSampling ? "graph on" : "greedy chain on") != std::string::npos},
-                                     {"buckets", stepBuckets(timed->steps)}});
+                                     {"buckets", stepBuckets(timed->steps)},
+                                     {"traced", traced}});
         char alongside[96] = "";
         if (alsoInstrumented) {
             std::snprintf(alongside, sizeof alongside, " (%.1f instrumented, %.1f %s, %.1f top-k sampling)", timed->tokensPerSecond,
@@ -391,6 +416,22 @@ int main(int argc, char** argv) {
             std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),
                           value["launches_per_step"].get<double>());
             md << line;
+        }
+        const Json& traced = first["traced"];
+        if (traced.is_object() && traced.contains("buckets")) {
+            md << "\nBuckets from the kernel timeline (CUPTI) of the plain greedy chain (graph and programmatic overlap as run; "
+               << static_cast<int>(traced["tokens_per_second"].get<double>()) << " tok/s traced vs plain "
+               << static_cast<int>(first["tokens_per_second"].get<double>()) << "; each instant charged to the earliest-started "
+               << "kernel running; gap = wall − the union of the kernels)\n\n| bucket | ms/token | launches/step |\n|---|---|---|\n";
+            for (const auto& [name, value] : traced["buckets"].items()) {
+                std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),
+                              value["launches_per_step"].get<double>());
+                md << line;
+            }
+            if (traced["unknown_kernels"].get<int>() > 0)
+                md << "\n" << traced["unknown_kernels"].get<int>() << " kernels had no bucket (counted in norm_elementwise).\n";
+        } else if (traced.is_object() && traced.contains("unavailable")) {
+            md << "\nNo kernel timeline: " << traced["unavailable"].get<std::string>() << "\n";
         }
     }
     if (!kernels.empty()) {

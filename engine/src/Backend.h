@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,6 +30,17 @@ inline constexpr int kGemmPrefillChunk = 1024;
 inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation, int chunk = kPrefillChunk) {
     return sliding ? std::min<std::int64_t>(allocation, slidingWindow + chunk - 1) : allocation;
 }
+
+// What a kernel trace saw (Backend::endKernelTrace): per-bucket GPU time (Gap left 0: the caller
+// knows the wall time), kernels per bucket, the union of the kernels' intervals, and the kernels
+// whose name no bucket claims (KernelBuckets.h; counted in NormElementwise).
+struct KernelTraceSummary {
+    std::array<double, kBucketCount> bucketMs{};
+    std::array<int, kBucketCount> launches{};
+    double busyMs = 0.0;
+    int kernels = 0;
+    int unknownKernels = 0;
+};
 
 class Backend {
 public:
@@ -98,6 +110,15 @@ public:
         }
         return Status::ok();
     }
+
+    // Kernel timelines of plain (graph-replayed, programmatically overlapped) steps, from the
+    // GPU's own timestamps (CUDA: CUPTI, KernelTrace.h). beginKernelTrace() starts recording after
+    // the queued work is done; endKernelTrace() waits for the queued work, stops recording and
+    // sums every kernel the backend ran in between (StepAttribution.h: each instant charged once,
+    // to the earliest-started kernel running). Unsupported where the backend cannot trace (the
+    // CPU backend; CUDA without libcupti), with the reason.
+    virtual Status beginKernelTrace() { return {ErrorCode::Unsupported, "this backend has no kernel timeline"}; }
+    virtual Expected<KernelTraceSummary> endKernelTrace() { return Status{ErrorCode::Unsupported, "this backend has no kernel timeline"}; }
 
 private:
     std::vector<float> decodeLogits_;

@@ -12,24 +12,14 @@
 // 16-bit tensor-core kernels. Nothing is transposed in memory.
 #include "CublasLt.h"
 
-#include <dlfcn.h>
-
 #include <cstdint>
 #include <mutex>
-#include <type_traits>
+
+#include "RuntimeLibrary.h"
 
 namespace gemma {
 
 namespace {
-
-std::string sonameList(std::span<const char* const> sonames) {
-    std::string list;
-    for (const char* name : sonames) {
-        if (!list.empty()) list += ", ";
-        list += name;
-    }
-    return list;
-}
 
 // Largest power of two (<= 256) that divides the address: what the heuristic may assume.
 unsigned alignmentOf(const void* p) {
@@ -42,26 +32,14 @@ unsigned alignmentOf(const void* p) {
 }  // namespace
 
 Expected<CublasLtApi> loadCublasLtFrom(std::span<const char* const> sonames) {
-    void* library = nullptr;
-    const char* loaded = nullptr;
-    for (const char* name : sonames) {
-        library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-        if (library) {
-            loaded = name;
-            break;
-        }
-    }
-    if (!library) {
+    RuntimeLibrary library = RuntimeLibrary::openFirst(sonames);
+    if (!library.handle) {
         return Status{ErrorCode::Unsupported, "cuBLASLt is not installed (" + sonameList(sonames) +
                                                   "): GPU prefill uses the matvec path"};
     }
     CublasLtApi api;
-    api.soname = loaded;
-    std::string missing;
-    auto bind = [&](auto& function, const char* symbol, bool required) {
-        function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, symbol));
-        if (!function && required) missing += missing.empty() ? symbol : std::string(", ") + symbol;
-    };
+    api.soname = library.soname;
+    const auto bind = [&](auto& function, const char* symbol, bool required) { library.bind(function, symbol, required); };
     bind(api.create, "cublasLtCreate", true);
     bind(api.destroy, "cublasLtDestroy", true);
     bind(api.descCreate, "cublasLtMatmulDescCreate", true);
@@ -75,9 +53,9 @@ Expected<CublasLtApi> loadCublasLtFrom(std::span<const char* const> sonames) {
     bind(api.heuristic, "cublasLtMatmulAlgoGetHeuristic", true);
     bind(api.matmul, "cublasLtMatmul", true);
     bind(api.getStatusName, "cublasLtGetStatusName", false);
-    if (!missing.empty()) {
+    if (!library.missing.empty()) {
         // The library stays loaded (see the header); a process that hit this keeps one mapping.
-        return Status{ErrorCode::InvalidFile, api.soname + " lacks " + missing +
+        return Status{ErrorCode::InvalidFile, api.soname + " lacks " + library.missing +
                                                   ": this cuBLASLt is too old or damaged; GPU prefill uses the matvec path"};
     }
     return api;

@@ -343,7 +343,12 @@ public:
         result.prefillMs = msSince(prefillStart);
         double totalMs = 0.0;
         const bool chain = !request.instrumented && !request.hostSampling && !request.topKSampling;
+        if (request.traced && !chain) {
+            (void)backend_->resetContext(previous);
+            return Status{ErrorCode::InvalidArgument, "a traced benchmark runs the plain greedy chain (no instrumentation, no sampling)"};
+        }
         Sampler defaultSampler{SamplingParams{}};  // topKSampling's draws
+        if (status && request.traced) status = backend_->beginKernelTrace();
         if (status && chain) {
             // What greedy generation runs: the backend's device-side argmax chain.
             bool stopped = false;
@@ -358,6 +363,21 @@ public:
             totalMs = msSince(start);
             if (status && (stopped || static_cast<int>(result.steps.size()) != request.decodeTokens)) {
                 status = Status{ErrorCode::Cancelled, "benchmark cancelled"};
+            }
+            if (request.traced) {
+                auto summary = backend_->endKernelTrace();  // also when the run failed: pause the tracer
+                if (status && !summary) status = summary.status();
+                if (status) {
+                    const double n = request.decodeTokens;
+                    result.traced = true;
+                    for (int b = 0; b < kBucketCount; ++b) {
+                        result.trace.bucketMs[static_cast<std::size_t>(b)] = summary->bucketMs[static_cast<std::size_t>(b)] / n;
+                        result.trace.launches[static_cast<std::size_t>(b)] = summary->launches[static_cast<std::size_t>(b)] / n;
+                    }
+                    result.trace.busyMs = summary->busyMs / n;
+                    result.trace.bucketMs[static_cast<std::size_t>(Bucket::Gap)] = std::max(0.0, totalMs / n - result.trace.busyMs);
+                    result.trace.unknownKernels = summary->unknownKernels;
+                }
             }
         }
         std::span<const float> last = logits;  // the prefill's row, then each step's

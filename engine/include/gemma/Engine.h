@@ -189,6 +189,20 @@ struct DecodeBenchmarkRequest {
     // top-p 0.95, seed 0) from the backend's best entries (Backend::decodeBest: on the device for
     // CUDA), the path the app's default sampling takes. Takes precedence over hostSampling.
     bool topKSampling = false;
+    // Plain greedy-chain runs: record the GPU's kernel timeline of the decode steps (CUDA with
+    // libcupti: Backend::beginKernelTrace) and report per-token buckets from it in `traced`; the
+    // steps run as in a plain run (one graph each, programmatic overlap), at the tracer's cost
+    // (compare tokensPerSecond with an untraced run). Run an untraced request first: the first
+    // greedy run captures and self-checks its graph, and those launches would be traced too.
+    bool traced = false;
+};
+// Per token of a traced run: bucketMs and launches from the kernel timeline, Gap = wall per token
+// − the union of the kernels' intervals per token (the time no kernel of the step ran).
+struct TracedBuckets {
+    std::array<double, kBucketCount> bucketMs{};
+    std::array<double, kBucketCount> launches{};  // kernels per token (a mean)
+    double busyMs = 0.0;
+    int unknownKernels = 0;  // kernels no bucket claims (counted in norm_elementwise)
 };
 struct DecodeBenchmarkResult {
     int contextAllocation = 0;
@@ -196,6 +210,8 @@ struct DecodeBenchmarkResult {
     double msPerToken = 0.0;   // median-free mean over the decode steps (wall time)
     double prefillMs = 0.0;    // time of the prefill of promptTokens
     std::vector<StepStats> steps;
+    bool traced = false;  // `trace` holds the traced run's buckets
+    TracedBuckets trace;
 };
 
 class Engine {
