@@ -242,9 +242,10 @@ struct FusedFixture {
     bool kvShared;  // q only: the cache is not written
     int rotatedPairs;
     int splits = 0;  // 0 = automatic
+    bool timing = false;  // time the fused launch at its automatic and at forced split counts
 };
 
-void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report) {
+void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std::vector<std::string>& perf) {
     const int d = f.headDim;
     const bool bf16 = f.dtype == gc::KvDtype::BF16;
     const std::size_t eb = bf16 ? 2 : 4;
@@ -385,6 +386,27 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report) {
     bad.normRope.headDim = d * 2;
     report.addCheck("fused " + f.name + ": mismatched normRope refused",
                     gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument, "");
+    // The fused launch's time against its split count (information only): each block's piece is
+    // short at a full window, and the last block merges every split of the group.
+    if (f.timing && !quickMode()) {
+        const double bandBytes = 2.0 * static_cast<double>(std::min<std::int64_t>(len, p.maxBand)) * slotElems * eb;
+        for (int splits : {0, 8, 16, 24, 32, 48}) {
+            gc::AttentionDecodeParams t = p;
+            t.splits = splits;
+            t.programmaticLaunch = false;
+            t.normRope.programmaticLaunch = false;
+            const std::size_t bytes = gc::attentionDecodeWorkspaceBytes(t);
+            DeviceBuffer<std::uint8_t> ws(bytes);
+            HCHECK(cudaMemset(ws.ptr, 0, bytes));
+            t.workspace = ws.ptr;
+            t.workspaceBytes = bytes;
+            const double us = medianMicros([&](int) { gc::launchAttentionDecode(t, nullptr); }, 5, 30);
+            char line[200];
+            std::snprintf(line, sizeof line, "fused %-34s %8.1f us  %7.1f GB/s (live K+V band, %d splits%s)", f.name.c_str(), us,
+                          bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), splits ? ", forced" : "");
+            perf.push_back(line);
+        }
+    }
 }
 
 }  // namespace
@@ -503,7 +525,7 @@ int main() {
     // RoPE) layers, a KV-shared layer, bf16, empty splits, one split, the small golden head dims.
     const std::vector<FusedFixture> fused = {
         {"12b sliding pos 150 f32", 16, 8, 256, 1024, 1055, F, 150, false, 128},
-        {"12b sliding ring wrap f32", 16, 8, 256, 1024, 1055, F, 5000, false, 128},
+        {"12b sliding ring wrap f32", 16, 8, 256, 1024, 1055, F, 5000, false, 128, 0, true},
         {"12b full pos 3000 f32", 16, 1, 512, 0, 4096, F, 3000, false, 64},
         {"12b full len1 f32", 16, 1, 512, 0, 4096, F, 0, false, 64},
         {"31b full bf16 32q/4kv", 32, 4, 512, 0, 8192, B, 100, false, 64},
@@ -513,7 +535,7 @@ int main() {
         {"demo d64 wrap", 8, 2, 64, 128, 159, F, 700, false, 32},
         {"golden d32", 4, 2, 32, 16, 47, B, 40, false, 4},
     };
-    for (const auto& f : fused) fusedCase(f, rng, report);
+    for (const auto& f : fused) fusedCase(f, rng, report, perf);
     std::printf("%zu fixtures\n", fx.size());
     if (!perf.empty()) {
         std::printf("\nattention timing (information only, split + merge, median of 30):\n");
