@@ -73,6 +73,18 @@ struct Row {
     bool prefill = false;  // percent is then of the BF16 GEMM ceiling, and GB/s does not apply
 };
 
+// How the instrumented run's steps were timed: "kernel timeline" (the graph-replayed step, CUPTI),
+// "event pairs" (direct launches), "mixed", or "none" (no step was instrumented).
+std::string instrumentedTiming(const std::vector<gemma::StepStats>& steps) {
+    int timeline = 0, instrumented = 0;
+    for (const auto& s : steps) {
+        instrumented += s.instrumented ? 1 : 0;
+        timeline += s.instrumented && s.kernelTimeline ? 1 : 0;
+    }
+    if (instrumented == 0) return "none";
+    return timeline == instrumented ? "kernel timeline" : timeline == 0 ? "event pairs" : "mixed";
+}
+
 Json stepBuckets(const std::vector<gemma::StepStats>& steps) {
     Json buckets = Json::object();
     if (steps.empty()) return buckets;
@@ -113,6 +125,7 @@ int main(int argc, char** argv) {
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
+         {"event-timing", false, "time the instrumented steps with event pairs around direct launches instead of the GPU's kernel timeline of the graph-replayed step"},
          {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
@@ -189,6 +202,7 @@ int main(int argc, char** argv) {
     options.fusedNorms = !cli.has("separate-norms");
     options.tensorCoreAttention = !cli.has("cuda-core-attention");
     options.persistentLmHead = cli.has("persistent-lm-head");
+    options.kernelTimeline = !cli.has("event-timing");
     const bool hostSampling = cli.has("host-sampling");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
@@ -291,6 +305,7 @@ int main(int argc, char** argv) {
                                      {"cuda_graph_plain_run",
                                       (*engine)->info().backend.find(hostSampling ? "graph on" : "greedy chain on") != std::string::npos},
                                      {"buckets", stepBuckets(timed->steps)},
+                                     {"instrumented_timing", instrumentedTiming(timed->steps)},
                                      {"traced", traced}});
         char alongside[96] = "";
         if (alsoInstrumented) {
@@ -411,6 +426,7 @@ int main(int argc, char** argv) {
            << "; host sampling " << rate(first["host_sampling_tokens_per_second"]) << ", device greedy chain "
            << rate(first["device_greedy_tokens_per_second"]) << ", top-k sampling " << rate(first["topk_sampling_tokens_per_second"])
            << "); plain run as a CUDA graph: " << (first["cuda_graph_plain_run"].get<bool>() ? "yes" : "no")
+           << "; instrumented steps timed by " << first["instrumented_timing"].get<std::string>()
            << ")\n\n| bucket | ms/token | launches/step |\n|---|---|---|\n";
         for (const auto& [name, value] : first["buckets"].items()) {
             std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),

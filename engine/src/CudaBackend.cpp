@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <utility>
 
@@ -182,7 +184,7 @@ public:
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
-          persistentLmHead_(options.persistentLmHead) {}
+          persistentLmHead_(options.persistentLmHead), timelineWanted_(options.kernelTimeline) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -253,6 +255,7 @@ public:
         for (auto& e : events_) GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreate(&e), "cudaEventCreate"));
         for (auto& e : greedyEvents_)
             GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+        (void)timelineReady();  // CUPTI's start-up at load time, not in the first timed step
         return resetContext(allocation);
     }
 
@@ -263,7 +266,8 @@ public:
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
-               (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) + ")";
+               (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) +
+               (trace_ ? ", step timing: kernel timeline" : timelineStatus_.empty() ? "" : ", step timing: event pairs") + ")";
     }
     bool graphActive() const override { return graphExec_ != nullptr; }
     int contextAllocation() const override { return allocation_; }
@@ -353,17 +357,19 @@ public:
     }
 
     Expected<std::span<const float>> decodeLogits(std::int32_t token, int startPosition, StepStats* stats) override {
-        if (stats || !graphWanted_) return Backend::decodeLogits(token, startPosition, stats);
+        if ((stats && !timelineReady()) || !graphWanted_) return Backend::decodeLogits(token, startPosition, stats);
         const std::int32_t input[1] = {token};
         GEMMA_RETURN_IF_ERROR(checkForwardRequest(input, startPosition, position_, allocation_, config_.vocabSize));
-        GEMMA_RETURN_IF_ERROR(decodeInto(token, startPosition, hostLogits_.host<float>()));
+        if (stats) GEMMA_RETURN_IF_ERROR(prepareDecodeGraph(token, startPosition));
+        GEMMA_RETURN_IF_ERROR(timedStep(stats, [&] { return decodeInto(token, startPosition, hostLogits_.host<float>()); }));
         return std::span<const float>(hostLogits_.host<float>(), static_cast<std::size_t>(config_.vocabSize));
     }
 
     // The device selects the best entries (TopK.cu) into page-locked memory it writes directly:
     // count × 8 bytes cross the bus instead of the 1 MB row.
     Expected<std::span<const RankedLogit>> decodeBest(std::int32_t token, int startPosition, int count, StepStats* stats) override {
-        if (stats || !graphWanted_ || count < 1 || count > kc::kTopKMaxCount) return Backend::decodeBest(token, startPosition, count, stats);
+        if ((stats && !timelineReady()) || !graphWanted_ || count < 1 || count > kc::kTopKMaxCount)
+            return Backend::decodeBest(token, startPosition, count, stats);
         const std::int32_t input[1] = {token};
         GEMMA_RETURN_IF_ERROR(checkForwardRequest(input, startPosition, position_, allocation_, config_.vocabSize));
         kc::TopKParams t;
@@ -374,32 +380,85 @@ public:
         t.workspace = topKWorkspace_.as<void>();
         t.workspaceBytes = topKWorkspace_.bytes();
         t.programmaticLaunch = programmaticLaunch_;
-        GEMMA_RETURN_IF_ERROR(decodeThen(token, startPosition, [&] { return kernelError(kc::launchTopK(t, stream_), "top-k"); }));
+        if (stats) GEMMA_RETURN_IF_ERROR(prepareDecodeGraph(token, startPosition));
+        GEMMA_RETURN_IF_ERROR(
+            timedStep(stats, [&] { return decodeThen(token, startPosition, [&] { return kernelError(kc::launchTopK(t, stream_), "top-k"); }); }));
         return std::span<const RankedLogit>(hostBest_.host<RankedLogit>(), static_cast<std::size_t>(std::min<std::int64_t>(count, config_.vocabSize)));
     }
 
-    // The trace object lives from the first traced run to the backend's end, paused in between:
-    // while recording, CUPTI times every kernel (a fraction of a µs each), and switching costs
-    // ≈ 15 µs of host time, so both switches happen outside the timed steps.
+    // The kernel timeline (KernelTrace, process-global, shared by the backends of a process) lives
+    // from the backend's first use of it to its end, paused in between: while recording, CUPTI
+    // times every kernel (a fraction of a µs each), and each switch costs ≈ 15 µs of host time.
     Status beginKernelTrace() override {
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "finishing queued work"));
         if (!trace_) {
-            auto created = KernelTrace::create();
-            if (!created) return created.status();
-            trace_ = std::move(*created);
-        } else {
-            GEMMA_RETURN_IF_ERROR(trace_->setRecording(true));
+            auto shared = sharedKernelTrace();
+            if (!shared) return shared.status();
+            trace_ = std::move(*shared);
         }
+        GEMMA_RETURN_IF_ERROR(trace_->setRecording(true));
         traceRecords_.clear();
-        return trace_->collect(traceRecords_);  // anything earlier: dropped below
+        return trace_->collect(traceRecords_);  // anything recorded before: dropped
     }
 
     Expected<KernelTraceSummary> endKernelTrace() override {
         if (!trace_) return Status{ErrorCode::Internal, "endKernelTrace() without beginKernelTrace()"};
+        return summarizeTimeline(true);
+    }
+
+private:
+    // The one KernelTrace of the process, shared by every backend that asks (CUPTI's activity API
+    // is process-global: a second backend, e.g. while the app loads another model, reuses it).
+    static Expected<std::shared_ptr<KernelTrace>> sharedKernelTrace() {
+        static std::mutex mutex;
+        static std::weak_ptr<KernelTrace> current;
+        const std::lock_guard lock(mutex);
+        if (auto live = current.lock()) return live;
+        auto created = KernelTrace::create();
+        if (!created) return created.status();
+        std::shared_ptr<KernelTrace> trace(std::move(*created));
+        current = trace;
+        return trace;
+    }
+
+    // Whether instrumented steps can take their buckets from the kernel timeline: asked for
+    // (OpenOptions::kernelTimeline), the graph is on, and the trace could be made (tried once; the
+    // reason it could not is kept in timelineStatus_ and the steps use event pairs).
+    bool timelineReady() {
+        if (!timelineWanted_ || !graphWanted_ || graphFailed_) return false;
+        if (!trace_ && timelineStatus_.empty()) {
+            auto shared = sharedKernelTrace();
+            if (shared) {
+                trace_ = std::move(*shared);
+                if (const Status paused = trace_->setRecording(false); !paused) {
+                    timelineStatus_ = paused.message();
+                    trace_.reset();
+                }
+            } else {
+                timelineStatus_ = shared.status().message();
+            }
+        }
+        return trace_ != nullptr;
+    }
+
+    // Captures and self-checks the decode graph, if that is still to do, before a timed step, so
+    // the timeline holds only the step's own kernels: runs the step at (token, position) once
+    // untimed. A step is idempotent (the same inputs write the same KV slot), as the self-check
+    // already relies on; the timed step then replays it.
+    Status prepareDecodeGraph(std::int32_t token, int position) {
+        if (!graphWanted_ || graphFailed_ || graphExec_) return Status::ok();
+        bool usedGraph = false;
+        GEMMA_RETURN_IF_ERROR(decodeStep(token, position, usedGraph));
+        return cudaError(cudaStreamSynchronize(stream_), "running the forward pass");
+    }
+
+    // Waits for the queued work, collects the timeline recorded since the last collect, pauses the
+    // recorder when asked, and sums the kernels into buckets (StepAttribution).
+    Expected<KernelTraceSummary> summarizeTimeline(bool pause) {
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "finishing the traced work"));
         traceRecords_.clear();
         const Status collected = trace_->collect(traceRecords_);
-        const Status paused = trace_->setRecording(false);
+        const Status paused = pause ? trace_->setRecording(false) : Status::ok();
         GEMMA_RETURN_IF_ERROR(collected);
         GEMMA_RETURN_IF_ERROR(paused);
         KernelTraceSummary summary;
@@ -423,7 +482,49 @@ public:
         return summary;
     }
 
-private:
+    // Runs one decode step; with `stats`, recorded on the kernel timeline (timelineReady() was
+    // checked by the caller) and summarised into stats. The recorder's switches and the reading of
+    // the timeline go to stats->instrumentationMs (the engine leaves them out of the step's wall).
+    // Timing never fails a step: when the recorder does, the step runs (or has run) all the same,
+    // its buckets stay empty, and later timed steps use event pairs (the reason in the name).
+    template <typename Step>
+    Status timedStep(StepStats* stats, Step&& step) {
+        if (!stats) return step();
+        using HostClock = std::chrono::steady_clock;
+        const auto switchOn = HostClock::now();
+        if (const Status began = beginKernelTrace(); !began) {
+            dropTimeline(began);
+            return step();
+        }
+        const auto on = HostClock::now();
+        const Status ran = step();
+        const auto done = HostClock::now();
+        auto summary = summarizeTimeline(true);  // also after a failed step: pauses the recorder
+        GEMMA_RETURN_IF_ERROR(ran);
+        if (!summary) {
+            dropTimeline(summary.status());
+            return Status::ok();
+        }
+        for (int b = 0; b < kBucketCount; ++b) {
+            if (b == static_cast<int>(Bucket::Gap)) continue;
+            stats->bucketMs[static_cast<std::size_t>(b)] += summary->bucketMs[static_cast<std::size_t>(b)];
+            stats->launches[static_cast<std::size_t>(b)] += summary->launches[static_cast<std::size_t>(b)];
+        }
+        stats->instrumented = true;
+        stats->kernelTimeline = true;
+        stats->graph = graphExec_ != nullptr;
+        stats->instrumentationMs += std::chrono::duration<double, std::milli>(on - switchOn).count() +
+                                    std::chrono::duration<double, std::milli>(HostClock::now() - done).count();
+        return Status::ok();
+    }
+
+    // Gives up the kernel timeline for this backend's timed steps (event pairs from now on).
+    void dropTimeline(const Status& why) {
+        if (trace_) (void)trace_->setRecording(false);
+        trace_.reset();
+        timelineStatus_ = why.message().empty() ? "the kernel timeline failed" : why.message();
+    }
+
     // One single-token decode step (the graph when it passed its self-check), then `collect`
     // (work queued on the stream that takes what the host needs from logits_), then the wait; the
     // request was checked by the caller.
@@ -1367,7 +1468,9 @@ private:
     bool greedyFailed_ = false;
     std::string greedyStatus_;
     std::vector<cudaEvent_t> events_;
-    std::unique_ptr<KernelTrace> trace_;  // beginKernelTrace(): created once, paused between runs
+    std::shared_ptr<KernelTrace> trace_;  // the process's one trace (sharedKernelTrace), paused between uses
+    bool timelineWanted_ = true;           // OpenOptions::kernelTimeline
+    std::string timelineStatus_;           // why instrumented steps use event pairs (empty: not tried or fine)
     std::vector<KernelRecord> traceRecords_;
     std::vector<Span> spans_;
     int eventCursor_ = 0;

@@ -58,7 +58,7 @@ double msSince(Clock::time_point start) { return std::chrono::duration<double, s
 
 // Wall time of a step; for an instrumented one also the gap (wall − the timed buckets).
 void finishStep(StepStats& step, Clock::time_point start, bool instrumented) {
-    step.wallMs = msSince(start);
+    step.wallMs = std::max(0.0, msSince(start) - step.instrumentationMs);
     step.instrumented = instrumented;
     if (!instrumented) return;
     double kernels = 0.0;
@@ -304,7 +304,7 @@ public:
             ++decodeSteps;
             step.bucketMs[static_cast<int>(Bucket::Sampling)] += sampleMs;
             step.launches[static_cast<int>(Bucket::Sampling)] += 1;
-            step.graph = !instrumentThis && backend_->graphActive();
+            if (!instrumentThis) step.graph = backend_->graphActive();  // an instrumented step says itself
             finishStep(step, stepStart, instrumentThis);
             accept(next, step);
         }
@@ -401,7 +401,7 @@ public:
                 status = row.status();
                 if (row) last = *row;
             }
-            step.graph = !request.instrumented && backend_->graphActive();
+            if (!request.instrumented) step.graph = backend_->graphActive();  // an instrumented step says itself
             finishStep(step, start, request.instrumented);
             totalMs += step.wallMs;
             result.steps.push_back(step);

@@ -231,6 +231,56 @@ TEST(CudaTopK, DeviceBestEntriesSampleLikeWholeRows) {
     }
 }
 
+// Timed steps during generation take their buckets from the GPU's kernel timeline of the
+// graph-replayed step (OpenOptions::kernelTimeline, CUPTI): every step timed, on the top-k path
+// (Backend::decodeBest) and the whole-row path (decodeLogits); the ids must be those of an
+// untimed run (timing changes nothing, the graph's first capture included), and each step's
+// buckets must fit in its wall time.
+TEST(CudaTimeline, TimedStepsUseTheKernelTimelineAndChangeNothing) {
+    const fs::path folder = gemma::test::goldens() / "e2b_like";
+    gemma::test::ScratchDir scratch("timeline");
+    ASSERT_TRUE(gemma::quantizeCheckpoint(folder / "hf", scratch / "model.gemma", {}));
+    for (const bool wholeRows : {false, true}) {
+        std::vector<std::int32_t> ids[2];
+        for (const int every : {0, 1}) {
+            auto engine = gemma::Engine::open(scratch / "model.gemma", gemma::OpenOptions{gemma::Device::Cuda, 256});
+            ASSERT_TRUE(engine) << engine.status().message();
+            if (every == 1 && (*engine)->info().backend.find("step timing: kernel timeline") == std::string::npos) {
+                GTEST_SKIP() << "no kernel timeline here (libcupti missing or refused): " << (*engine)->info().backend;
+            }
+            gemma::GenerationRequest request;
+            request.rawTokens = {2, 40, 41, 42, 43};
+            request.maxNewTokens = 30;
+            request.stopAtEndOfTurn = false;
+            request.sampling.topK = 8;
+            request.sampling.seed = 7;
+            request.instrumentEvery = every;
+            if (wholeRows) request.onLogits = [](std::int32_t, const float*, std::int32_t) {};
+            int timed = 0;
+            auto stats = (*engine)->generate(request, [&](const gemma::TokenEvent& event) {
+                const gemma::StepStats& step = event.step;
+                if (!step.instrumented || step.positions != 1) return true;  // the prefill's step is not a decode step
+                ++timed;
+                EXPECT_TRUE(step.kernelTimeline);
+                EXPECT_TRUE(step.graph);
+                double sum = 0.0;
+                for (int b = 0; b < gemma::kBucketCount; ++b)
+                    if (b != static_cast<int>(gemma::Bucket::Gap)) sum += step.bucketMs[static_cast<std::size_t>(b)];
+                EXPECT_GT(step.bucketMs[static_cast<int>(gemma::Bucket::Fp4Matvec)], 0.0);
+                EXPECT_GT(step.launches[static_cast<int>(gemma::Bucket::Attention)], 0);
+                EXPECT_EQ(step.launches[static_cast<int>(gemma::Bucket::LmHead)], 1);
+                EXPECT_LE(sum, step.wallMs * 1.01 + 0.01) << "buckets " << sum << " ms in a " << step.wallMs << " ms step";
+                EXPECT_NEAR(step.bucketMs[static_cast<int>(gemma::Bucket::Gap)], std::max(0.0, step.wallMs - sum), 1e-9);
+                return true;
+            });
+            ASSERT_TRUE(stats) << stats.status().message();
+            if (every == 1) EXPECT_GE(timed, 25) << "decode steps timed";
+            ids[every] = stats->tokens;
+        }
+        EXPECT_EQ(ids[1], ids[0]) << (wholeRows ? "whole rows" : "best entries");
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaParity, ::testing::ValuesIn(goldenModels()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

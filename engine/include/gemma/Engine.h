@@ -35,6 +35,13 @@ struct StepStats {
     std::array<int, kBucketCount> launches{};     // kernels (GPU) or op calls (CPU) per bucket
     bool graph = false;               // the step ran as one CUDA graph replay
     bool instrumented = false;        // buckets were timed (costs time; see PERFORMANCE.md)
+    // How: from the GPU's kernel timeline of the step as it runs (CUDA with libcupti: graph and
+    // programmatic overlap included, each instant charged once, gap = the time no kernel ran), or
+    // from event pairs around direct launches (no graph; the gap then includes their cost).
+    bool kernelTimeline = false;
+    // Host time the timing itself took inside the step (switching the recorder, reading the
+    // timeline), left out of wallMs so the step's wall and gap are what an untimed step pays.
+    double instrumentationMs = 0.0;
 };
 
 struct SamplingParams {
@@ -162,6 +169,11 @@ struct OpenOptions {
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
     bool persistentLmHead = false;
+    // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
+    // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
+    // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
+    // to event pairs when libcupti is missing or refuses (another profiler attached).
+    bool kernelTimeline = true;
 };
 
 struct MemoryEstimate {
