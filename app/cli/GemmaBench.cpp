@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
-         {"event-timing", false, "time the instrumented steps with event pairs around direct launches instead of the GPU's kernel timeline of the graph-replayed step"},
+         {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
     options.fusedNorms = !cli.has("separate-norms");
     options.tensorCoreAttention = !cli.has("cuda-core-attention");
     options.persistentLmHead = cli.has("persistent-lm-head");
-    options.kernelTimeline = !cli.has("event-timing");
+    options.kernelTimeline = cli.has("timeline-steps");
     const bool hostSampling = cli.has("host-sampling");
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
@@ -250,29 +250,6 @@ int main(int argc, char** argv) {
         request.instrumented = true;
         auto timed = alsoInstrumented ? (*engine)->benchmarkDecode(request, {}) : plain;
         request.instrumented = false;
-        // The plain greedy chain again with the GPU's kernel timeline recorded (CUPTI): the
-        // buckets of the steps as they really run, graph and programmatic overlap included.
-        Json traced;  // null where not asked or not available
-        if (alsoInstrumented && !hostSampling) {
-            request.traced = true;
-            auto run = (*engine)->benchmarkDecode(request, {});
-            request.traced = false;
-            if (run && run->traced) {
-                traced = Json::object();
-                for (int b = 0; b < gemma::kBucketCount; ++b) {
-                    traced["buckets"][gemma::bucketName(static_cast<gemma::Bucket>(b))] = {
-                        {"ms_per_token", run->trace.bucketMs[static_cast<std::size_t>(b)]},
-                        {"launches_per_step", run->trace.launches[static_cast<std::size_t>(b)]}};
-                }
-                traced["tokens_per_second"] = run->tokensPerSecond;
-                traced["ms_per_token"] = run->msPerToken;
-                traced["busy_ms_per_token"] = run->trace.busyMs;
-                traced["unknown_kernels"] = run->trace.unknownKernels;
-            } else if (!run) {
-                traced = Json::object();
-                traced["unavailable"] = run.status().message();
-            }
-        }
         if (!timed || !other || !sampled) {
             std::cerr << "gemma-bench: " << (!timed ? timed : !other ? other : sampled).status().message() << "\n";
             return false;
@@ -306,7 +283,7 @@ int main(int argc, char** argv) {
                                       (*engine)->info().backend.find(hostSampling ? "graph on" : "greedy chain on") != std::string::npos},
                                      {"buckets", stepBuckets(timed->steps)},
                                      {"instrumented_timing", instrumentedTiming(timed->steps)},
-                                     {"traced", traced}});
+                                     {"traced", Json()}});
         char alongside[96] = "";
         if (alsoInstrumented) {
             std::snprintf(alongside, sizeof alongside, " (%.1f instrumented, %.1f %s, %.1f top-k sampling)", timed->tokensPerSecond,
@@ -394,6 +371,37 @@ int main(int argc, char** argv) {
             results["kernels"].push_back({{"name", k.name}, {"out", k.out}, {"in", k.in}, {"us", k.microseconds}, {"bytes", k.bytes},
                                           {"GBs", k.gbs}, {"percent_of_read_ceiling", 100.0 * k.gbs / ceilings.readGBs}});
         }
+    }
+
+    // Last of all, the first sweep point's plain greedy chain again with the GPU's kernel timeline
+    // recorded (CUPTI): the buckets of the steps as they really run, graph and programmatic
+    // overlap included. Last, because CUPTI stays attached to the process once started and the
+    // host-interactive decode paths measured slower with it (docs/PERFORMANCE.md version 10).
+    if (!skipped("sweep") && !hostSampling && results.contains("decode") && !results["decode"].empty()) {
+        std::fprintf(stderr, "kernel timeline...\n");
+        Json& first = results["decode"][0];
+        gemma::DecodeBenchmarkRequest request;
+        request.contextAllocation = first["allocation"].get<int>();
+        request.promptTokens = first["prompt_tokens"].get<int>();
+        request.decodeTokens = first["decode_tokens"].get<int>();
+        request.instrumented = false;
+        request.traced = true;
+        auto run = (*engine)->benchmarkDecode(request, {});
+        Json traced = Json::object();
+        if (run && run->traced) {
+            for (int b = 0; b < gemma::kBucketCount; ++b) {
+                traced["buckets"][gemma::bucketName(static_cast<gemma::Bucket>(b))] = {
+                    {"ms_per_token", run->trace.bucketMs[static_cast<std::size_t>(b)]},
+                    {"launches_per_step", run->trace.launches[static_cast<std::size_t>(b)]}};
+            }
+            traced["tokens_per_second"] = run->tokensPerSecond;
+            traced["ms_per_token"] = run->msPerToken;
+            traced["busy_ms_per_token"] = run->trace.busyMs;
+            traced["unknown_kernels"] = run->trace.unknownKernels;
+        } else {
+            traced["unavailable"] = run ? std::string("the backend recorded no timeline") : run.status().message();
+        }
+        first["traced"] = traced;
     }
 
     // The backend's final description says whether the graph passed its self-check.

@@ -1469,7 +1469,7 @@ private:
     std::string greedyStatus_;
     std::vector<cudaEvent_t> events_;
     std::shared_ptr<KernelTrace> trace_;  // the process's one trace (sharedKernelTrace), paused between uses
-    bool timelineWanted_ = true;           // OpenOptions::kernelTimeline
+    bool timelineWanted_ = false;          // OpenOptions::kernelTimeline
     std::string timelineStatus_;           // why instrumented steps use event pairs (empty: not tried or fine)
     std::vector<KernelRecord> traceRecords_;
     std::vector<Span> spans_;

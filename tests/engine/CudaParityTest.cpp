@@ -231,8 +231,8 @@ TEST(CudaTopK, DeviceBestEntriesSampleLikeWholeRows) {
     }
 }
 
-// Timed steps during generation take their buckets from the GPU's kernel timeline of the
-// graph-replayed step (OpenOptions::kernelTimeline, CUPTI): every step timed, on the top-k path
+// Timed steps during generation can take their buckets from the GPU's kernel timeline of the
+// graph-replayed step (OpenOptions::kernelTimeline, CUPTI; off by default): every step timed, on the top-k path
 // (Backend::decodeBest) and the whole-row path (decodeLogits); the ids must be those of an
 // untimed run (timing changes nothing, the graph's first capture included), and each step's
 // buckets must fit in its wall time.
@@ -243,7 +243,9 @@ TEST(CudaTimeline, TimedStepsUseTheKernelTimelineAndChangeNothing) {
     for (const bool wholeRows : {false, true}) {
         std::vector<std::int32_t> ids[2];
         for (const int every : {0, 1}) {
-            auto engine = gemma::Engine::open(scratch / "model.gemma", gemma::OpenOptions{gemma::Device::Cuda, 256});
+            gemma::OpenOptions options{gemma::Device::Cuda, 256};
+            options.kernelTimeline = true;
+            auto engine = gemma::Engine::open(scratch / "model.gemma", options);
             ASSERT_TRUE(engine) << engine.status().message();
             if (every == 1 && (*engine)->info().backend.find("step timing: kernel timeline") == std::string::npos) {
                 GTEST_SKIP() << "no kernel timeline here (libcupti missing or refused): " << (*engine)->info().backend;

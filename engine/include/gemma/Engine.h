@@ -172,8 +172,11 @@ struct OpenOptions {
     // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
     // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
     // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
-    // to event pairs when libcupti is missing or refuses (another profiler attached).
-    bool kernelTimeline = true;
+    // to event pairs when libcupti is missing or refuses (another profiler attached). Off by
+    // default: once CUPTI is attached to the process (even paused) the untimed steps that talk to
+    // the host every step measured slower (H200: host sampling −1.5 to −7 %, top-k sampling −1.5
+    // to −5 %, the greedy chain ≈ −0.5 to −1.4 %).
+    bool kernelTimeline = false;
 };
 
 struct MemoryEstimate {
