@@ -267,7 +267,9 @@ public:
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) +
-               (trace_ ? ", step timing: kernel timeline" : timelineStatus_.empty() ? "" : ", step timing: event pairs") + ")";
+               (!timelineWanted_ ? ""                                          // timed steps: event pairs, unsaid
+                : trace_         ? ", step timing: kernel timeline"
+                                 : ", step timing: event pairs") + ")";
     }
     bool graphActive() const override { return graphExec_ != nullptr; }
     int contextAllocation() const override { return allocation_; }
