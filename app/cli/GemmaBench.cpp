@@ -2,6 +2,7 @@
 // (PERF.md). Presets build random-weight packages of a real geometry; --model runs any package.
 // Output: a markdown table in llama-bench's spirit on stdout, and JSON (docs/bench/SCHEMA.md).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -85,19 +86,40 @@ std::string instrumentedTiming(const std::vector<gemma::StepStats>& steps) {
     return timeline == instrumented ? "kernel timeline" : timeline == 0 ? "event pairs" : "mixed";
 }
 
-Json stepBuckets(const std::vector<gemma::StepStats>& steps) {
+// { "<bucket>": { "ms_per_token", "launches_per_step" } } from per-token values.
+Json bucketsJson(const std::array<double, gemma::kBucketCount>& ms, const std::array<double, gemma::kBucketCount>& launches) {
     Json buckets = Json::object();
-    if (steps.empty()) return buckets;
     for (int b = 0; b < gemma::kBucketCount; ++b) {
-        double ms = 0.0, launches = 0.0;
-        for (const auto& s : steps) {
-            ms += s.bucketMs[b];
-            launches += s.launches[b];
-        }
-        buckets[gemma::bucketName(static_cast<gemma::Bucket>(b))] = {{"ms_per_token", ms / steps.size()},
-                                                                       {"launches_per_step", launches / steps.size()}};
+        buckets[gemma::bucketName(static_cast<gemma::Bucket>(b))] = {{"ms_per_token", ms[static_cast<std::size_t>(b)]},
+                                                                       {"launches_per_step", launches[static_cast<std::size_t>(b)]}};
     }
     return buckets;
+}
+
+// The steps' mean buckets.
+Json stepBuckets(const std::vector<gemma::StepStats>& steps) {
+    if (steps.empty()) return Json::object();
+    std::array<double, gemma::kBucketCount> ms{}, launches{};
+    for (int b = 0; b < gemma::kBucketCount; ++b) {
+        for (const auto& s : steps) {
+            ms[static_cast<std::size_t>(b)] += s.bucketMs[b];
+            launches[static_cast<std::size_t>(b)] += s.launches[b];
+        }
+        ms[static_cast<std::size_t>(b)] /= static_cast<double>(steps.size());
+        launches[static_cast<std::size_t>(b)] /= static_cast<double>(steps.size());
+    }
+    return bucketsJson(ms, launches);
+}
+
+// The markdown table of a bucketsJson object.
+void writeBucketTable(std::ostream& md, const Json& buckets) {
+    md << "| bucket | ms/token | launches/step |\n|---|---|---|\n";
+    char line[128];
+    for (const auto& [name, value] : buckets.items()) {
+        std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),
+                      value["launches_per_step"].get<double>());
+        md << line;
+    }
 }
 
 }  // namespace
@@ -249,7 +271,6 @@ int main(int argc, char** argv) {
         request.topKSampling = false;
         request.instrumented = true;
         auto timed = alsoInstrumented ? (*engine)->benchmarkDecode(request, {}) : plain;
-        request.instrumented = false;
         if (!timed || !other || !sampled) {
             std::cerr << "gemma-bench: " << (!timed ? timed : !other ? other : sampled).status().message() << "\n";
             return false;
@@ -392,11 +413,7 @@ int main(int argc, char** argv) {
         auto run = warm ? (*engine)->benchmarkDecode(request, {}) : warm;
         Json traced = Json::object();
         if (run && run->traced) {
-            for (int b = 0; b < gemma::kBucketCount; ++b) {
-                traced["buckets"][gemma::bucketName(static_cast<gemma::Bucket>(b))] = {
-                    {"ms_per_token", run->trace.bucketMs[static_cast<std::size_t>(b)]},
-                    {"launches_per_step", run->trace.launches[static_cast<std::size_t>(b)]}};
-            }
+            traced["buckets"] = bucketsJson(run->trace.bucketMs, run->trace.launches);
             traced["tokens_per_second"] = run->tokensPerSecond;
             traced["ms_per_token"] = run->msPerToken;
             traced["busy_ms_per_token"] = run->trace.busyMs;
@@ -437,24 +454,15 @@ int main(int argc, char** argv) {
            << "; host sampling " << rate(first["host_sampling_tokens_per_second"]) << ", device greedy chain "
            << rate(first["device_greedy_tokens_per_second"]) << ", top-k sampling " << rate(first["topk_sampling_tokens_per_second"])
            << "); plain run as a CUDA graph: " << (first["cuda_graph_plain_run"].get<bool>() ? "yes" : "no")
-           << "; instrumented steps timed by " << first["instrumented_timing"].get<std::string>()
-           << ")\n\n| bucket | ms/token | launches/step |\n|---|---|---|\n";
-        for (const auto& [name, value] : first["buckets"].items()) {
-            std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),
-                          value["launches_per_step"].get<double>());
-            md << line;
-        }
+           << "; instrumented steps timed by " << first["instrumented_timing"].get<std::string>() << ")\n\n";
+        writeBucketTable(md, first["buckets"]);
         const Json& traced = first["traced"];
         if (traced.is_object() && traced.contains("buckets")) {
             md << "\nBuckets from the kernel timeline (CUPTI) of the plain greedy chain (graph and programmatic overlap as run; "
                << static_cast<int>(traced["tokens_per_second"].get<double>()) << " tok/s traced vs plain "
                << static_cast<int>(first["tokens_per_second"].get<double>()) << "; each instant charged to the earliest-started "
-               << "kernel running; gap = wall − the union of the kernels)\n\n| bucket | ms/token | launches/step |\n|---|---|---|\n";
-            for (const auto& [name, value] : traced["buckets"].items()) {
-                std::snprintf(line, sizeof line, "| %s | %.3f | %.1f |\n", name.c_str(), value["ms_per_token"].get<double>(),
-                              value["launches_per_step"].get<double>());
-                md << line;
-            }
+               << "kernel running; gap = wall − the union of the kernels)\n\n";
+            writeBucketTable(md, traced["buckets"]);
             if (traced["unknown_kernels"].get<int>() > 0)
                 md << "\n" << traced["unknown_kernels"].get<int>() << " kernels had no bucket (counted in norm_elementwise).\n";
         } else if (traced.is_object() && traced.contains("unavailable")) {

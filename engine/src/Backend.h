@@ -38,7 +38,6 @@ struct KernelTraceSummary {
     std::array<double, kBucketCount> bucketMs{};
     std::array<int, kBucketCount> launches{};
     double busyMs = 0.0;
-    int kernels = 0;
     int unknownKernels = 0;
 };
 

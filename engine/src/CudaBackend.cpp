@@ -405,7 +405,7 @@ public:
 
     Expected<KernelTraceSummary> endKernelTrace() override {
         if (!trace_) return Status{ErrorCode::Internal, "endKernelTrace() without beginKernelTrace()"};
-        return summarizeTimeline(true);
+        return summarizeTimeline();
     }
 
 private:
@@ -455,12 +455,12 @@ private:
     }
 
     // Waits for the queued work, collects the timeline recorded since the last collect, pauses the
-    // recorder when asked, and sums the kernels into buckets (StepAttribution).
-    Expected<KernelTraceSummary> summarizeTimeline(bool pause) {
+    // recorder and sums the kernels into buckets (StepAttribution).
+    Expected<KernelTraceSummary> summarizeTimeline() {
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamSynchronize(stream_), "finishing the traced work"));
         traceRecords_.clear();
         const Status collected = trace_->collect(traceRecords_);
-        const Status paused = pause ? trace_->setRecording(false) : Status::ok();
+        const Status paused = trace_->setRecording(false);
         GEMMA_RETURN_IF_ERROR(collected);
         GEMMA_RETURN_IF_ERROR(paused);
         KernelTraceSummary summary;
@@ -480,7 +480,6 @@ private:
             summary.launches[static_cast<std::size_t>(b)] = attribution.launches[static_cast<std::size_t>(b)];
         }
         summary.busyMs = attribution.busyMs;
-        summary.kernels = static_cast<int>(timed.size());
         return summary;
     }
 
@@ -501,7 +500,7 @@ private:
         const auto on = HostClock::now();
         const Status ran = step();
         const auto done = HostClock::now();
-        auto summary = summarizeTimeline(true);  // also after a failed step: pauses the recorder
+        auto summary = summarizeTimeline();  // also after a failed step: pauses the recorder
         GEMMA_RETURN_IF_ERROR(ran);
         if (!summary) {
             dropTimeline(summary.status());

@@ -325,6 +325,10 @@ public:
             request.promptTokens + request.decodeTokens > request.contextAllocation) {
             return Status{ErrorCode::InvalidArgument, "the benchmark positions must fit inside the allocation"};
         }
+        const bool chain = !request.instrumented && !request.hostSampling && !request.topKSampling;
+        if (request.traced && !chain) {
+            return Status{ErrorCode::InvalidArgument, "a traced benchmark runs the plain greedy chain (no instrumentation, no sampling)"};
+        }
         const int previous = backend_->contextAllocation();
         Status status = backend_->resetContext(request.contextAllocation);
         if (!status) {
@@ -342,11 +346,6 @@ public:
         status = backend_->forward(prompt, 0, false, logits, nullptr);
         result.prefillMs = msSince(prefillStart);
         double totalMs = 0.0;
-        const bool chain = !request.instrumented && !request.hostSampling && !request.topKSampling;
-        if (request.traced && !chain) {
-            (void)backend_->resetContext(previous);
-            return Status{ErrorCode::InvalidArgument, "a traced benchmark runs the plain greedy chain (no instrumentation, no sampling)"};
-        }
         Sampler defaultSampler{SamplingParams{}};  // topKSampling's draws
         if (status && request.traced) status = backend_->beginKernelTrace();
         if (status && chain) {
