@@ -122,6 +122,18 @@ void writeBucketTable(std::ostream& md, const Json& buckets) {
     }
 }
 
+// The kernel timeline's busy time by kernel (the traced "kernels" array, largest first).
+void writeKernelShareTable(std::ostream& md, const Json& kernels) {
+    md << "\nThe same timeline by kernel (template instances apart; ms charged by the rule above, mean µs of one launch "
+          "start to end, overlap included)\n\n| kernel | ms/token | launches/step | mean µs |\n|---|---|---|---|\n";
+    char line[512];
+    for (const auto& k : kernels) {
+        std::snprintf(line, sizeof line, "| `%s` | %.3f | %.1f | %.2f |\n", k["name"].get<std::string>().c_str(),
+                      k["ms_per_token"].get<double>(), k["launches_per_step"].get<double>(), k["mean_us"].get<double>());
+        md << line;
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -418,6 +430,10 @@ int main(int argc, char** argv) {
             traced["ms_per_token"] = run->msPerToken;
             traced["busy_ms_per_token"] = run->trace.busyMs;
             traced["unknown_kernels"] = run->trace.unknownKernels;
+            Json kernelShares = Json::array();
+            for (const auto& k : run->trace.kernels)
+                kernelShares.push_back({{"name", k.name}, {"ms_per_token", k.ms}, {"launches_per_step", k.launches}, {"mean_us", k.meanUs}});
+            traced["kernels"] = kernelShares;
         } else {
             traced["unavailable"] = run ? std::string("the backend recorded no timeline") : run.status().message();
         }
@@ -465,6 +481,7 @@ int main(int argc, char** argv) {
             writeBucketTable(md, traced["buckets"]);
             if (traced["unknown_kernels"].get<int>() > 0)
                 md << "\n" << traced["unknown_kernels"].get<int>() << " kernels had no bucket (counted in norm_elementwise).\n";
+            if (traced.contains("kernels") && !traced["kernels"].empty()) writeKernelShareTable(md, traced["kernels"]);
         } else if (traced.is_object() && traced.contains("unavailable")) {
             md << "\nNo kernel timeline: " << traced["unavailable"].get<std::string>() << "\n";
         }

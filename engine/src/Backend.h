@@ -34,11 +34,21 @@ inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation
 // What a kernel trace saw (Backend::endKernelTrace): per-bucket GPU time (Gap left 0: the caller
 // knows the wall time), kernels per bucket, the union of the kernels' intervals, and the kernels
 // whose name no bucket claims (KernelBuckets.h; counted in NormElementwise).
+// `kernels` splits the same time by kernel (kernelDisplayName: template instances apart), largest
+// charged time first: chargedMs by the buckets' rule (Σ chargedMs == busyMs), durationMs the sum
+// of the kernels' own start-to-end times (overlapping neighbours counted in both).
+struct KernelShare {
+    std::string name;
+    double chargedMs = 0.0;
+    double durationMs = 0.0;
+    int launches = 0;
+};
 struct KernelTraceSummary {
     std::array<double, kBucketCount> bucketMs{};
     std::array<int, kBucketCount> launches{};
     double busyMs = 0.0;
     int unknownKernels = 0;
+    std::vector<KernelShare> kernels;
 };
 
 class Backend {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "ActivationConvert.h"
@@ -464,8 +465,12 @@ private:
         GEMMA_RETURN_IF_ERROR(collected);
         GEMMA_RETURN_IF_ERROR(paused);
         KernelTraceSummary summary;
-        std::vector<TimedKernel> timed;
+        std::vector<TimedKernel> timed, byKernel;
         timed.reserve(traceRecords_.size());
+        byKernel.reserve(traceRecords_.size());
+        // Mangled name → row of summary.kernels; rows are per display name (names that demangle
+        // alike share one).
+        std::unordered_map<std::string, int> kernelIndex, displayIndex;
         for (const auto& record : traceRecords_) {
             int bucket = kernelBucket(kernelBaseName(record.name));
             if (bucket < 0) {
@@ -473,6 +478,15 @@ private:
                 bucket = static_cast<int>(Bucket::NormElementwise);
             }
             timed.push_back({bucket, record.startNs, record.endNs});
+            auto at = kernelIndex.find(record.name);
+            if (at == kernelIndex.end()) {
+                std::string display = kernelDisplayName(record.name);
+                const auto [row, added] = displayIndex.try_emplace(display, static_cast<int>(summary.kernels.size()));
+                if (added) summary.kernels.push_back({std::move(display)});
+                at = kernelIndex.emplace(record.name, row->second).first;
+            }
+            byKernel.push_back({at->second, record.startNs, record.endNs});
+            if (record.endNs > record.startNs) summary.kernels[static_cast<std::size_t>(at->second)].durationMs += 1e-6 * static_cast<double>(record.endNs - record.startNs);
         }
         const StepAttribution attribution = attributeKernels(timed, kBucketCount);
         for (int b = 0; b < kBucketCount; ++b) {
@@ -480,6 +494,13 @@ private:
             summary.launches[static_cast<std::size_t>(b)] = attribution.launches[static_cast<std::size_t>(b)];
         }
         summary.busyMs = attribution.busyMs;
+        const StepAttribution perKernel = attributeKernels(byKernel, static_cast<int>(summary.kernels.size()));
+        for (std::size_t k = 0; k < summary.kernels.size(); ++k) {
+            summary.kernels[k].chargedMs = perKernel.bucketMs[k];
+            summary.kernels[k].launches = perKernel.launches[k];
+        }
+        std::stable_sort(summary.kernels.begin(), summary.kernels.end(),
+                         [](const KernelShare& a, const KernelShare& b) { return a.chargedMs > b.chargedMs; });
         return summary;
     }
 

@@ -376,6 +376,10 @@ public:
                     result.trace.busyMs = summary->busyMs / n;
                     result.trace.bucketMs[static_cast<std::size_t>(Bucket::Gap)] = std::max(0.0, totalMs / n - result.trace.busyMs);
                     result.trace.unknownKernels = summary->unknownKernels;
+                    for (const auto& kernel : summary->kernels) {
+                        result.trace.kernels.push_back({kernel.name, kernel.chargedMs / n, kernel.launches / n,
+                                                        kernel.launches > 0 ? 1e3 * kernel.durationMs / kernel.launches : 0.0});
+                    }
                 }
             }
         }

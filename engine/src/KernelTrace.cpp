@@ -8,6 +8,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cxxabi.h>
+
 #include <cctype>
 #include <cstddef>
 #include <cstdlib>
@@ -168,6 +170,65 @@ std::string kernelBaseName(const std::string& mangledOrPlain) {
     const std::string_view name = mangledOrPlain;
     const std::string_view base = name.starts_with("_Z") ? mangledBaseName(name) : demangledBaseName(name);
     return base.empty() ? mangledOrPlain : std::string(base);
+}
+
+namespace {
+
+// Removes every namespace qualifier ("a::b::", "(anonymous namespace)::") from `text`.
+std::string withoutQualifiers(std::string_view text) {
+    constexpr std::string_view kAnonymous = "(anonymous namespace)::";
+    std::string out;
+    std::size_t i = 0;
+    while (i < text.size()) {
+        if (text.substr(i).starts_with(kAnonymous)) {
+            i += kAnonymous.size();
+            continue;
+        }
+        if (isIdentifierChar(text[i])) {
+            std::size_t end = i;
+            while (end < text.size() && isIdentifierChar(text[end])) ++end;
+            if (text.substr(end).starts_with("::")) {
+                i = end + 2;  // a qualifier: dropped
+            } else {
+                out.append(text.substr(i, end - i));
+                i = end;
+            }
+            continue;
+        }
+        out.push_back(text[i++]);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string kernelDisplayName(const std::string& mangledOrPlain) {
+    std::string demangled = mangledOrPlain;
+    if (mangledOrPlain.starts_with("_Z")) {
+        int status = 0;
+        char* text = abi::__cxa_demangle(mangledOrPlain.c_str(), nullptr, nullptr, &status);
+        if (status != 0 || !text) {
+            std::free(text);
+            return kernelBaseName(mangledOrPlain);
+        }
+        demangled = text;
+        std::free(text);
+    }
+    const std::string_view s = demangled;
+    std::size_t end = s.size();
+    while (end > 0 && s[end - 1] == ' ') --end;
+    if (end > 0 && s[end - 1] == ')') {  // the parameter list
+        const std::size_t at = matchingOpen(s, end, '(', ')');
+        if (at != std::string_view::npos) end = at;
+    }
+    while (end > 0 && s[end - 1] == ' ') --end;
+    if (end == 0 || s[end - 1] != '>') return kernelBaseName(mangledOrPlain);
+    const std::size_t open = matchingOpen(s, end, '<', '>');
+    if (open == std::string_view::npos) return kernelBaseName(mangledOrPlain);
+    std::size_t begin = open;
+    while (begin > 0 && isIdentifierChar(s[begin - 1])) --begin;
+    if (begin == open) return kernelBaseName(mangledOrPlain);
+    return std::string(s.substr(begin, open - begin)) + withoutQualifiers(s.substr(open, end - open));
 }
 
 // ---- Loading -------------------------------------------------------------------------------------

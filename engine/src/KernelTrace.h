@@ -63,6 +63,14 @@ struct KernelRecord {
 // name should be comes back unchanged.
 std::string kernelBaseName(const std::string& mangledOrPlain);
 
+// The kernel's identifier with its template arguments, namespaces dropped, for tables that tell
+// the instances of one template apart (a fused attention from an unfused one):
+//   "_ZN5gemma4cuda9fp4detail18fp4MatvecMmaKernelILb1ELNS1_5XFormE2ELi4ELi1ELb1EEEvNS1_7MmaArgsEi"
+//       → "fp4MatvecMmaKernel<true, (XForm)2, 4, 1, true>"
+// Mangled names are demangled first (abi::__cxa_demangle); a name that does not demangle, or has
+// no template arguments, gives kernelBaseName's answer.
+std::string kernelDisplayName(const std::string& mangledOrPlain);
+
 // The kernel records CUPTI collects while the object lives.
 //
 // Process-global contract: CUPTI's activity API has one state per process, so at most one

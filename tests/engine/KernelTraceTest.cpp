@@ -52,6 +52,18 @@ TEST(KernelTraceNames, TextWithoutAnIdentifierComesBackUnchanged) {
     EXPECT_EQ(kernelBaseName("_ZSt4movev"), "_ZSt4movev");  // a substitution first: not a kernel's shape
 }
 
+TEST(KernelTraceNames, DisplayNamesKeepTheTemplateArgumentsWithoutNamespaces) {
+    EXPECT_EQ(kernelDisplayName("_ZN5gemma4cuda9fp4detail18fp4MatvecMmaKernelILb0ELNS1_5XFormE0ELi2ELi2ELb0EEEvNS1_7MmaArgsEi"),
+              "fp4MatvecMmaKernel<false, (XForm)0, 2, 2, false>");
+    EXPECT_EQ(kernelDisplayName("void gemma::cuda::(anonymous namespace)::argmaxKernel<4>(float const*, long, int*)"),
+              "argmaxKernel<4>");
+    // No template arguments, or nothing demangleable: the identifier alone.
+    EXPECT_EQ(kernelDisplayName("_ZN5gemma4cuda12argmaxdetail12argmaxKernelEPKfllPiPfS4_S4_S5_S4_S4_i"), "argmaxKernel");
+    EXPECT_EQ(kernelDisplayName("_ZN5gemma4cuda16embedd"), "embedd");
+    EXPECT_EQ(kernelDisplayName("streamReadKernel"), "streamReadKernel");
+    EXPECT_EQ(kernelDisplayName(""), "");
+}
+
 TEST(KernelTraceLoader, MissingLibraryIsUnsupportedWithAClearMessage) {
     const char* sonames[] = {"libgemma-test-no-such-cupti.so.99", "/nonexistent/libcupti.so"};
     const auto api = loadCuptiFrom(sonames);

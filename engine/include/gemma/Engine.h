@@ -213,11 +213,19 @@ struct DecodeBenchmarkRequest {
 };
 // Per token of a traced run: bucketMs and launches from the kernel timeline, Gap = wall per token
 // − the union of the kernels' intervals per token (the time no kernel of the step ran).
+// `kernels` splits busyMs by kernel (its name with template arguments), largest share first.
+struct TracedKernel {
+    std::string name;
+    double ms = 0.0;          // charged per token, by the buckets' rule (Σ ms == busyMs)
+    double launches = 0.0;    // per token (a mean)
+    double meanUs = 0.0;      // one launch's own start-to-end time, overlap with neighbours included
+};
 struct TracedBuckets {
     std::array<double, kBucketCount> bucketMs{};
     std::array<double, kBucketCount> launches{};  // kernels per token (a mean)
     double busyMs = 0.0;
     int unknownKernels = 0;  // kernels no bucket claims (counted in norm_elementwise)
+    std::vector<TracedKernel> kernels;
 };
 struct DecodeBenchmarkResult {
     int contextAllocation = 0;
