@@ -185,7 +185,8 @@ public:
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
-          persistentLmHead_(options.persistentLmHead), timelineWanted_(options.kernelTimeline) {}
+          persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
+          timelineWanted_(options.kernelTimeline) {}
 
     ~CudaBackend() override {
         dropGraph();
@@ -265,6 +266,7 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
+               (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) +
@@ -324,6 +326,7 @@ public:
                 }
             }
             GEMMA_RETURN_IF_ERROR(allocateAttentionWorkspace());
+            chooseClusterAttention();
             allocation_ = allocation;
         }
         position_ = 0;
@@ -1324,6 +1327,27 @@ private:
         return rows == 1 && fusedAttention_ && config_.numHeads / config_.layers[l].kvHeads <= kc::kFusedAttentionMaxGroup;
     }
 
+    // Which fused layers run the cluster form (AttentionDecodeParams::cluster; OpenOptions::
+    // clusterAttention): the sliding ones, whose band never exceeds the window, where the device
+    // launches it (sm_90+ and a cluster size whose clusters are all resident at once). Decided when
+    // the caches are (re)allocated, so a graph captures one choice.
+    void chooseClusterAttention() {
+        clusterLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
+        clusterLayers_ = 0;
+        if (!clusterAttention_) return;
+        for (int l = 0; l < config_.numLayers; ++l) {
+            if (!fusedAttentionFor(l, 1) || config_.layers[l].type != LayerType::Sliding) continue;
+            kc::AttentionDecodeParams d = attentionParams(l, 1);
+            d.cluster = true;
+            if (kc::attentionDecodeSplits(d) < 1) continue;
+            clusterLayer_[static_cast<std::size_t>(l)] = true;
+            ++clusterLayers_;
+        }
+    }
+    bool clusterAttentionFor(int l, int rows) const {
+        return rows == 1 && static_cast<std::size_t>(l) < clusterLayer_.size() && clusterLayer_[static_cast<std::size_t>(l)];
+    }
+
     // q/k/v norm + RoPE + cache write of layer l (q in place).
     kc::QkvNormRopeParams normRopeParams(int l, int rows) const {
         const auto& c = config_;
@@ -1389,7 +1413,9 @@ private:
                 kc::AttentionDecodeParams d = attentionParams(l, rows);
                 d.fuseNormRope = true;
                 d.normRope = normRopeParams(l, rows);
-                d.fuseMerge = true;
+                // The merge: through the cluster's shared memory, or by the last split block.
+                d.cluster = clusterAttentionFor(l, rows);
+                d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(normRopeParams(l, rows), stream_), "q/k/v norm + RoPE"));
@@ -1455,6 +1481,9 @@ private:
     bool fusedNorms_ = true;
     bool tensorCoreAttention_ = true;
     bool persistentLmHead_ = false;
+    bool clusterAttention_ = true;
+    std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
+    int clusterLayers_ = 0;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and
     // which buffer of the pair (residual_, residualAlternate_) holds the residual stream now.
     struct PendingNorm {

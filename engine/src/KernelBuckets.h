@@ -24,6 +24,7 @@ inline int kernelBucket(std::string_view name) {
         {"fp4DequantizeKernel", Bucket::Fp4Matvec},  // prefill: the GEMM path's weight expansion
         {"fp4TileKernel", Bucket::Fp4Matvec},        // load time: the tiled weight layout
         {"attentionSplitKernel", Bucket::Attention},
+        {"attentionClusterKernel", Bucket::Attention},
         {"attentionMergeKernel", Bucket::Attention},
         {"attentionPrefillKernel", Bucket::Attention},
         {"qkvNormRopeKernel", Bucket::Attention},

@@ -51,6 +51,8 @@
 // Programmatic launch (sm_90+, when asked): both kernels wait for the kernel before them first.
 #include "AttentionDecode.h"
 
+#include <cooperative_groups.h>
+
 #include <cmath>
 
 #include "AttentionPrefill.h"
@@ -460,6 +462,285 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
     mergeHead(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride, weights, scratch, dimBegin, dimEnd);
 }
 
+// ---- cluster form (AttentionDecodeParams::cluster) ------------------------------------------------
+// One launch per layer, for one decode row: grid (C, kvHeads), clusters of C blocks along x, one
+// cluster per kv head. Block r of a cluster takes piece r of the band (equal pieces of whole keys),
+// normalises and rotates its group's query heads (fuseNormRope) and, when its piece holds the
+// query's position, that position's K and V (written to the cache, and into its own shared rows
+// straight from registers: nothing reads the slot back this launch). It loads its piece's K and V
+// rows in chunks of up to kClusterChunkBytes (cp.async, all rows of a chunk in flight at once), and
+// per chunk: scores (warp per key, lanes over the dims), softmax per head (warp per head, all
+// heads at once), O += P·V (thread per dim). The blocks then merge through distributed shared
+// memory instead of global partials, a fence and a counter: each block leaves (O, m, l) in its
+// shared memory, the cluster barrier publishes them, block r combines dims [r·D/C, (r+1)·D/C) of
+// every head from all C blocks (the merge kernel's formula, peers in rank order), writes them to
+// `out`, and a second barrier keeps every block's shared memory alive until its peers have read
+// it. Compared with the split kernel: no partials in global memory, no counter, no serial merge
+// in one block, every warp busy in the softmax, and the K/V write off the loads' critical path.
+constexpr int kClusterThreads = 256;
+constexpr int kClusterChunkBytes = 64 * 1024;  // K + V rows of one chunk
+constexpr int kClusterMaxKeys = 256;           // keys per chunk at most (small head dims)
+constexpr int kClusterMaxGroup = 4;            // query heads per kv head (registers of the scores)
+constexpr int kClusterMaxSize = 16;
+
+__host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
+    return kClusterChunkBytes / (2 * d * elemBytes) < kClusterMaxKeys ? kClusterChunkBytes / (2 * d * elemBytes) : kClusterMaxKeys;
+}
+// Shared memory: K and V rows of a chunk, the current position's K and V rows, q, the chunk's
+// scores, then O, m, l, alpha (fp32).
+__host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes, int group) {
+    const std::size_t rowBytes = static_cast<std::size_t>(d) * elemBytes;
+    const std::size_t keys = static_cast<std::size_t>(clusterChunkKeys(d, elemBytes));
+    return 2 * keys * rowBytes + 2 * rowBytes +
+           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup);
+}
+
+template <typename KvT>
+__device__ __forceinline__ float kvElement(const unsigned char* row, int index) {
+    if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
+    else return __uint_as_float(static_cast<std::uint32_t>(reinterpret_cast<const std::uint16_t*>(row)[index]) << 16);
+}
+// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
+template <typename KvT, int N>
+__device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane, float (&v)[N]) {
+    if constexpr (N % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 8; ++i) {
+            float t[8];
+            load8<KvT>(row, lane * (N / 8) + i, t);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) v[i * 8 + k] = t[k];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = kvElement<KvT>(row, lane * N + i);
+    }
+}
+
+template <int D, typename KvT>
+__global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    constexpr int kElem = static_cast<int>(sizeof(KvT));
+    constexpr int kRowBytes = D * kElem;
+    constexpr int KC = clusterChunkKeys(D, kElem);
+    constexpr int N = D / 32;                                     // dims per lane in the scores
+    constexpr int DT = D >= kClusterThreads ? D / kClusterThreads : 1;  // dims per thread in P·V
+    constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
+    constexpr int kClusterWarps = kClusterThreads / 32;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = static_cast<int>(cluster.num_blocks());
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int g = p.qHeads / p.kvHeads;
+    const int kvh = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    extern __shared__ float4 smemRaw[];
+    unsigned char* kRows = reinterpret_cast<unsigned char*>(smemRaw);
+    unsigned char* vRows = kRows + KC * kRowBytes;
+    unsigned char* curK = vRows + KC * kRowBytes;
+    unsigned char* curV = curK + kRowBytes;
+    float* qs = reinterpret_cast<float*>(curV + kRowBytes);
+    float* sc = qs + g * D;
+    float* os = sc + g * KC;
+    float* mRow = os + g * D;
+    float* lRow = mRow + kClusterMaxGroup;
+    float* alphaRow = lRow + kClusterMaxGroup;
+
+    gridDependencyWait();      // q, k, v come from the kernel before (PDL)
+    allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
+
+    const std::int64_t len = static_cast<std::int64_t>(p.positions[0]) + 1;
+    std::int64_t start = 0;
+    if (p.window > 0 && len - p.window > start) start = len - p.window;
+    if (len - p.capacity > start) start = len - p.capacity;
+    const std::int64_t n = len - start;
+    const std::int64_t pieceLen = n > 0 ? (n + C - 1) / C : 0;
+    const std::int64_t bs = start + rank * pieceLen;
+    const std::int64_t be = bs + pieceLen < len ? bs + pieceLen : len;
+    const bool hasKeys = be > bs;
+    const std::int64_t current = len - 1;
+    const bool writesCurrent = p.fuseNormRope && p.normRope.k && current >= bs && current < be;
+
+    const unsigned char* kBase = static_cast<const unsigned char*>(p.kCache) + static_cast<std::int64_t>(kvh) * kRowBytes;
+    const unsigned char* vBase = static_cast<const unsigned char*>(p.vCache) + static_cast<std::int64_t>(kvh) * kRowBytes;
+    const std::int64_t slotBytes = static_cast<std::int64_t>(p.kvHeads) * kRowBytes;
+    constexpr int kChunks16 = kRowBytes / 16;
+    // Loads keys [first, first + count) of the piece into rows 0..count-1; the current position's
+    // rows (writesCurrent) come from curK/curV after the wait instead.
+    auto issueChunk = [&](std::int64_t first, int count) {
+        for (int idx = tid; idx < count * kChunks16; idx += kClusterThreads) {
+            const int r = idx / kChunks16;
+            const int c = idx % kChunks16;
+            const std::int64_t pos = first + r;
+            if (writesCurrent && pos == current) continue;
+            const std::int64_t off = (pos % p.capacity) * slotBytes + c * 16;
+            cpAsync16(kRows + r * kRowBytes + c * 16, kBase + off, true);
+            cpAsync16(vRows + r * kRowBytes + c * 16, vBase + off, true);
+        }
+        cpAsyncCommit();
+    };
+    const int firstCount = hasKeys ? static_cast<int>(be - bs < KC ? be - bs : KC) : 0;
+    if (hasKeys) issueChunk(bs, firstCount);
+
+    // Prologue, in parallel warps: this position's K (warp 0) and V (warp 1) when this block holds
+    // it; the group's query heads (warps 2..) when the block has keys.
+    const QkvNormRopeParams& r = p.normRope;
+    if (writesCurrent && warp < 2) {
+        const bool key = warp == 0;
+        const float* src = (key ? r.k : r.v) + static_cast<std::int64_t>(kvh) * D;
+        float a[kPairs], b[kPairs];
+        headNormRope(src, key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, key, static_cast<int>(current), D, r.eps, a, b);
+        void* cache = key ? r.kCache : r.vCache;
+        unsigned char* row = key ? curK : curV;
+        const std::int64_t at = ((current % p.capacity) * p.kvHeads + kvh) * D;
+        storeHead(D, a, b, [&](int j, float v) {
+            storeKv(cache, p.kvDtype, at + j, v);
+            if constexpr (sizeof(KvT) == 4) reinterpret_cast<float*>(row)[j] = v;
+            else reinterpret_cast<std::uint16_t*>(row)[j] = formats::floatToBf16(v);
+        });
+    }
+    const float* qGroup = p.q + static_cast<std::int64_t>(kvh) * g * D;
+    if (hasKeys) {
+        if (p.fuseNormRope) {
+            for (int h = warp - 2; h >= 0 && h < g; h += kClusterWarps - 2) {
+                float a[kPairs], b[kPairs];
+                headNormRope(qGroup + h * D, r.qNormWeight, r.invFreq, r.rotatedPairs, true, static_cast<int>(current), D, r.eps, a, b);
+                storeHead(D, a, b, [&](int j, float v) { qs[h * D + j] = v; });
+            }
+        } else {
+            for (int i = tid; i < g * D / 4; i += kClusterThreads)
+                reinterpret_cast<float4*>(qs)[i] = reinterpret_cast<const float4*>(qGroup)[i];
+        }
+    }
+    if (tid < kClusterMaxGroup) {
+        mRow[tid] = -INFINITY;
+        lRow[tid] = 0.0f;
+    }
+    __syncthreads();  // q, the current rows and the stats are in place
+
+    float qv[kClusterMaxGroup][N];
+#pragma unroll
+    for (int h = 0; h < kClusterMaxGroup; ++h)
+        if (h < g) {
+#pragma unroll
+            for (int i = 0; i < N; ++i) qv[h][i] = qs[h * D + lane * N + i];
+        }
+    float o[kClusterMaxGroup][DT];
+#pragma unroll
+    for (int h = 0; h < kClusterMaxGroup; ++h)
+#pragma unroll
+        for (int j = 0; j < DT; ++j) o[h][j] = 0.0f;
+
+    for (std::int64_t first = bs; first < be; first += KC) {
+        const int count = static_cast<int>(be - first < KC ? be - first : KC);
+        if (first != bs) issueChunk(first, count);
+        cpAsyncWait<0>();
+        if (writesCurrent && current >= first && current < first + count) {
+            const int row = static_cast<int>(current - first);
+            for (int c = tid; c < kChunks16; c += kClusterThreads) {
+                reinterpret_cast<uint4*>(kRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curK)[c];
+                reinterpret_cast<uint4*>(vRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curV)[c];
+            }
+        }
+        __syncthreads();
+
+        // Scores: warp per key, lanes over the dims.
+        for (int t = warp; t < count; t += kClusterWarps) {
+            float kv[N];
+            loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
+#pragma unroll
+            for (int h = 0; h < kClusterMaxGroup; ++h) {
+                if (h < g) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < N; ++i) s = fmaf(qv[h][i], kv[i], s);
+                    s = warpSum(s);
+                    if (lane == 0) sc[h * KC + t] = s * p.scale;
+                }
+            }
+        }
+        __syncthreads();
+
+        // Online softmax: warp h for head h.
+        if (warp < g) {
+            const int h = warp;
+            float tmax = -INFINITY;
+            for (int t = lane; t < count; t += 32) tmax = fmaxf(tmax, sc[h * KC + t]);
+            tmax = warpMax(tmax);
+            const float mOld = mRow[h];
+            const float mNew = fmaxf(mOld, tmax);
+            float sum = 0.0f;
+            for (int t = lane; t < count; t += 32) {
+                const float e = expf(sc[h * KC + t] - mNew);
+                sc[h * KC + t] = e;
+                sum += e;
+            }
+            sum = warpSum(sum);
+            __syncwarp();
+            if (lane == 0) {
+                const float alpha = expf(mOld - mNew);
+                lRow[h] = lRow[h] * alpha + sum;
+                mRow[h] = mNew;
+                alphaRow[h] = alpha;
+            }
+        }
+        __syncthreads();
+
+        // O = alpha·O + Σ_t p_t V_t: thread per dim.
+        if (tid < D) {
+#pragma unroll
+            for (int h = 0; h < kClusterMaxGroup; ++h)
+                if (h < g) {
+                    const float a = alphaRow[h];
+#pragma unroll
+                    for (int j = 0; j < DT; ++j) o[h][j] *= a;
+                }
+#pragma unroll 4
+            for (int t = 0; t < count; ++t) {
+                const unsigned char* vRow = vRows + t * kRowBytes;
+#pragma unroll
+                for (int j = 0; j < DT; ++j) {
+                    const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
+#pragma unroll
+                    for (int h = 0; h < kClusterMaxGroup; ++h)
+                        if (h < g) o[h][j] = fmaf(sc[h * KC + t], v, o[h][j]);
+                }
+            }
+        }
+        __syncthreads();  // the rows and scores are refilled by the next chunk
+    }
+
+    // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
+    if (tid < D) {
+#pragma unroll
+        for (int h = 0; h < kClusterMaxGroup; ++h)
+            if (h < g)
+#pragma unroll
+                for (int j = 0; j < DT; ++j) os[h * D + tid + j * kClusterThreads] = o[h][j];
+    }
+    cluster.sync();
+
+    // Merge dims [rank·D/C, (rank+1)·D/C) of every head of the group from the C blocks.
+    const int per = D / C;
+    for (int idx = tid; idx < g * per; idx += kClusterThreads) {
+        const int h = idx / per;
+        const int dim = rank * per + idx % per;
+        float M = -INFINITY;
+        for (int c = 0; c < C; ++c) M = fmaxf(M, *cluster.map_shared_rank(mRow + h, c));
+        float num = 0.0f, den = 0.0f;
+        for (int c = 0; c < C; ++c) {
+            const float m = *cluster.map_shared_rank(mRow + h, c);
+            const float w = expf(m - M);  // an empty piece: m = -inf, weight 0
+            num = fmaf(w, *cluster.map_shared_rank(os + h * D + dim, c), num);
+            den = fmaf(w, *cluster.map_shared_rank(lRow + h, c), den);
+        }
+        p.out[static_cast<std::int64_t>(kvh * g + h) * D + dim] = num / den;
+    }
+    cluster.sync();  // no block leaves while a peer may still read its shared memory
+#endif
+}
+
 // ---- host launcher ---------------------------------------------------------------------------------
 inline int tileKeys(int headDim, KvDtype dtype) {
     return kTileKBytes / (headDim * static_cast<int>(kvElementBytes(dtype)));
@@ -502,7 +783,9 @@ inline int tensorCoreSplits(const AttentionDecodeParams& p, const DeviceFacts& f
 // at once (the split kernel is latency-bound: at depth, more resident blocks mean more tiles in
 // flight). Version 7 of docs/PERFORMANCE.md raised the resident count from 2 per SM to what the
 // registers and shared memory allow (a 12b full layer: 3 per SM, 396 splits instead of 256).
+int clusterSize(const AttentionDecodeParams& p, const DeviceFacts& facts);
 inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts) {
+    if (p.cluster) return clusterSize(p, facts);
     if (p.splits > 0) return p.splits < kMaxSplits ? p.splits : kMaxSplits;
     if (p.tensorCores) return tensorCoreSplits(p, facts);
     constexpr std::size_t kReservedPerBlock = 1024;  // the runtime's shared memory per block
@@ -520,6 +803,7 @@ inline int chooseSplits(const AttentionDecodeParams& p, const DeviceFacts& facts
 // The workspace of `splits` splits: the merge counters, then the partials (0: no valid split count).
 inline std::size_t workspaceBytesFor(const AttentionDecodeParams& p, int splits) {
     if (splits <= 0 || p.rows < 1 || p.qHeads < 1 || p.headDim < 1) return 0;
+    if (p.cluster) return 16;  // the cluster form merges in shared memory: no workspace is read
     return kCounterBytes + sizeof(float) * static_cast<std::size_t>(p.rows) * p.qHeads * splits * (static_cast<std::size_t>(p.headDim) + 2);
 }
 
@@ -564,6 +848,106 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
     return launchMerge(p, partO, partML, splits, stream);
 }
 
+// ---- cluster form: host side ------------------------------------------------------------------------
+// Raises the kernel's limits once per device and host thread: the largest shared memory any group
+// size needs, and cluster sizes above the portable 8.
+template <int D, typename KvT>
+cudaError_t prepareClusterKernel(int device) {
+    thread_local int prepared = -1;
+    if (prepared == device) return cudaSuccess;
+    const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), kClusterMaxGroup));
+    cudaError_t err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err == cudaSuccess) prepared = device;
+    return err;
+}
+
+// The cluster size: p.splits when given (a power of two up to kClusterMaxSize dividing the head
+// dim, else 0), otherwise the largest such size whose clusters for every kv head are resident at
+// once (the occupancy calculator, cached per device and shape); 0 when none launches.
+template <int D, typename KvT>
+int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
+    const auto valid = [](int c) { return c >= 1 && c <= kClusterMaxSize && (c & (c - 1)) == 0 && D % c == 0; };
+    if (facts.computeMajor < 9) return 0;  // clusters need sm_90
+    if (p.splits > 0) return valid(p.splits) ? p.splits : 0;
+    struct Cached {
+        int device = -1, group = 0, kvHeads = 0, size = 0;
+    };
+    thread_local Cached cached;
+    const int g = p.qHeads / p.kvHeads;
+    if (cached.device == facts.device && cached.group == g && cached.kvHeads == p.kvHeads) return cached.size;
+    if (prepareClusterKernel<D, KvT>(facts.device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    int chosen = 0;
+    for (int c = kClusterMaxSize; c >= 1 && chosen == 0; c /= 2) {
+        if (!valid(c)) continue;
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = static_cast<unsigned>(c);
+        attribute.val.clusterDim.y = 1;
+        attribute.val.clusterDim.z = 1;
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(static_cast<unsigned>(c), static_cast<unsigned>(p.kvHeads), 1);
+        config.blockDim = dim3(kClusterThreads);
+        config.dynamicSmemBytes = clusterSmemBytes(D, sizeof(KvT), g);
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        int active = 0;
+        if (cudaOccupancyMaxActiveClusters(&active, attentionClusterKernel<D, KvT>, &config) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if (active >= p.kvHeads) chosen = c;
+    }
+    cached = {facts.device, g, p.kvHeads, chosen};
+    return chosen;
+}
+
+int clusterSize(const AttentionDecodeParams& p, const DeviceFacts& facts) {
+    const bool bf16 = p.kvDtype == KvDtype::BF16;
+    switch (p.headDim) {
+        case 32: return bf16 ? clusterSizeTyped<32, std::uint16_t>(p, facts) : clusterSizeTyped<32, float>(p, facts);
+        case 64: return bf16 ? clusterSizeTyped<64, std::uint16_t>(p, facts) : clusterSizeTyped<64, float>(p, facts);
+        case 128: return bf16 ? clusterSizeTyped<128, std::uint16_t>(p, facts) : clusterSizeTyped<128, float>(p, facts);
+        case 256: return bf16 ? clusterSizeTyped<256, std::uint16_t>(p, facts) : clusterSizeTyped<256, float>(p, facts);
+        default: return bf16 ? clusterSizeTyped<512, std::uint16_t>(p, facts) : clusterSizeTyped<512, float>(p, facts);
+    }
+}
+
+template <int D, typename KvT>
+cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
+    if (const cudaError_t err = prepareClusterKernel<D, KvT>(device); err != cudaSuccess) return err;
+    const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads);
+    const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads), 1);
+    return launchKernelWith(attentionClusterKernel<D, KvT>, grid, dim3(kClusterThreads), smem, stream, p.programmaticLaunch,
+                            static_cast<unsigned>(size), p);
+}
+
+inline cudaError_t launchCluster(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
+    const bool bf16 = p.kvDtype == KvDtype::BF16;
+    switch (p.headDim) {
+        case 32: return bf16 ? launchClusterTyped<32, std::uint16_t>(p, size, device, stream) : launchClusterTyped<32, float>(p, size, device, stream);
+        case 64: return bf16 ? launchClusterTyped<64, std::uint16_t>(p, size, device, stream) : launchClusterTyped<64, float>(p, size, device, stream);
+        case 128: return bf16 ? launchClusterTyped<128, std::uint16_t>(p, size, device, stream) : launchClusterTyped<128, float>(p, size, device, stream);
+        case 256: return bf16 ? launchClusterTyped<256, std::uint16_t>(p, size, device, stream) : launchClusterTyped<256, float>(p, size, device, stream);
+        default: return bf16 ? launchClusterTyped<512, std::uint16_t>(p, size, device, stream) : launchClusterTyped<512, float>(p, size, device, stream);
+    }
+}
+
+// Whether p.normRope describes the launch it is fused into (AttentionDecodeParams::fuseNormRope).
+inline bool normRopeDescribes(const AttentionDecodeParams& p) {
+    const QkvNormRopeParams& r = p.normRope;
+    if (r.q != p.q || !r.qNormWeight || r.positions != p.positions || r.qHeads != p.qHeads || r.headDim != p.headDim ||
+        r.rows != 1 || r.qStride != p.qStride || r.rotatedPairs < 0 || r.rotatedPairs > p.headDim / 2 ||
+        (r.rotatedPairs > 0 && !r.invFreq))
+        return false;
+    return !r.k || (r.v && r.kNormWeight && r.kCache == p.kCache && r.vCache == p.vCache && r.kvDtype == p.kvDtype &&
+                    r.capacity == p.capacity && r.kvHeads == p.kvHeads && r.cacheBatchStride == p.cacheBatchStride);
+}
+
 }  // namespace attndetail
 
 AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
@@ -598,7 +982,7 @@ std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& p) {
 
 KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t stream) {
     using namespace attndetail;
-    if (!p.q || !p.kCache || !p.vCache || !p.positions || !p.out || !p.workspace)
+    if (!p.q || !p.kCache || !p.vCache || !p.positions || !p.out || (!p.workspace && !p.cluster))
         return KernelStatus::InvalidArgument;
     if (p.qHeads < 1 || p.kvHeads < 1 || p.qHeads % p.kvHeads != 0 || p.rows < 1 || p.capacity < 1)
         return KernelStatus::InvalidArgument;
@@ -611,11 +995,22 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
     if (p.qStride < static_cast<std::int64_t>(p.qHeads) * p.headDim || p.qStride % 4 != 0 ||
         p.outStride < static_cast<std::int64_t>(p.qHeads) * p.headDim)
         return KernelStatus::InvalidArgument;
-    if (!aligned16(p.q) || !aligned16(p.kCache) || !aligned16(p.vCache) || !aligned16(p.workspace) ||
+    if (!aligned16(p.q) || !aligned16(p.kCache) || !aligned16(p.vCache) || (!p.cluster && !aligned16(p.workspace)) ||
         (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0)
         return KernelStatus::InvalidArgument;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+    if (p.cluster) {
+        if (p.rows != 1 || p.tensorCores || p.fuseMerge || g > kClusterMaxGroup || p.cacheBatchStride != 0)
+            return KernelStatus::InvalidArgument;
+        if (p.fuseNormRope && !normRopeDescribes(p)) return KernelStatus::InvalidArgument;
+        if (facts.computeMajor < 9) return KernelStatus::Unsupported;
+        if (clusterSmemBytes(p.headDim, static_cast<int>(eb), g) > static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
+            return KernelStatus::Unsupported;
+        const int size = clusterSize(p, facts);
+        if (size < 1) return p.splits > 0 ? KernelStatus::InvalidArgument : KernelStatus::Unsupported;
+        return launchStatus(launchCluster(p, size, facts.device, stream));
+    }
     if (p.tensorCores) {
         if (p.rows != 1 || p.fuseNormRope || p.fuseMerge) return KernelStatus::InvalidArgument;
         const int splits = chooseSplits(p, facts);
@@ -632,16 +1027,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
     const int splits = chooseSplits(p, facts);
     if (p.workspaceBytes < workspaceBytesFor(p, splits)) return KernelStatus::InvalidArgument;
     if ((p.fuseNormRope || p.fuseMerge) && (p.rows != 1 || p.kvHeads > kMaxCounters)) return KernelStatus::InvalidArgument;
-    if (p.fuseNormRope) {
-        const QkvNormRopeParams& r = p.normRope;
-        if (r.q != p.q || !r.qNormWeight || r.positions != p.positions || r.qHeads != p.qHeads || r.headDim != p.headDim ||
-            r.rows != 1 || r.qStride != p.qStride || r.rotatedPairs < 0 || r.rotatedPairs > p.headDim / 2 ||
-            (r.rotatedPairs > 0 && !r.invFreq))
-            return KernelStatus::InvalidArgument;
-        if (r.k && (!r.v || !r.kNormWeight || r.kCache != p.kCache || r.vCache != p.vCache || r.kvDtype != p.kvDtype ||
-                    r.capacity != p.capacity || r.kvHeads != p.kvHeads || r.cacheBatchStride != p.cacheBatchStride))
-            return KernelStatus::InvalidArgument;
-    }
+    if (p.fuseNormRope && !normRopeDescribes(p)) return KernelStatus::InvalidArgument;
     cudaError_t err;
     const bool bf16 = p.kvDtype == KvDtype::BF16;
     switch (p.headDim) {

@@ -70,12 +70,24 @@ struct AttentionDecodeParams {
     // keys on an H200, docs/PERFORMANCE.md version 7); the tensor-core pieces read the band at
     // the memory's pace. Requires |q|, |K|, |V| < 65504.
     bool tensorCores = false;
+
+    // Thread-block clusters for one decode row (rows == 1, sm_90+, at most kClusterMaxGroup = 4
+    // query heads per kv head, one cache (cacheBatchStride 0); not with fuseMerge or tensorCores):
+    // one launch, one cluster of up to 16 blocks per kv head, each block a piece of the band, the
+    // pieces merged through distributed shared memory (AttentionDecode.cu, "cluster form"); with
+    // fuseNormRope the norm + RoPE and the cache write as in the fused split kernel. Fp32
+    // throughout (another summation order than the split kernel: not bit-identical, within fp32
+    // rounding). The cluster size is `splits` when given (a power of two <= 16 dividing headDim),
+    // else the largest whose clusters are all resident at once; no workspace is read. Unsupported
+    // below sm_90. Made for bands of at most a window: every block reads band / C keys in order.
+    bool cluster = false;
 };
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
 inline constexpr int kFusedAttentionMaxGroup = 4;
 
-// Splits the launcher will use for these parameters (depends on the device's SM count).
+// Splits the launcher will use for these parameters (depends on the device's SM count; with
+// `cluster`, the cluster size, 0 if none launches).
 int attentionDecodeSplits(const AttentionDecodeParams& params);
 std::size_t attentionDecodeWorkspaceBytes(const AttentionDecodeParams& params);
 // The same attention as the prefill kernel's parameters (its fields copied; one launch, splits 1):

@@ -57,7 +57,8 @@ inline KernelStatus launchStatus(cudaError_t err) {
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), optionally as a programmatic dependent launch.
+// kernel<<<grid, block, smem, stream>>>(args...), optionally as a programmatic dependent launch,
+// optionally in thread-block clusters of `clusterX` blocks along x (launchClusterKernel).
 // Contract:
 // - `args` convert to the kernel's parameter types at the call, by the rules of an ordinary call
 //   (Params is deduced from `kernel` only): an int64 passed for an int parameter converts as in a
@@ -71,28 +72,45 @@ inline KernelStatus launchStatus(cudaError_t err) {
 //   before its first global write. That wait covers the previous kernel only; earlier ones are
 //   covered because every kernel of the chain waits before it can finish. Otherwise (not asked,
 //   below sm_90): an ordinary launch.
+// - clusterX > 0 (sm_90+ only; the caller checks): cudaLaunchAttributeClusterDimension {clusterX,
+//   1, 1}; grid.x must be a multiple of it, and sizes above 8 need the kernel's
+//   cudaFuncAttributeNonPortableClusterSizeAllowed set first.
 // - Returns the launch's error; the runtime's last-error slot is consumed as launchStatus() does.
 template <typename... Params>
-inline cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
-                                cudaStream_t stream, bool programmatic, std::type_identity_t<Params>... args) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
+inline cudaError_t launchKernelWith(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                                    bool programmatic, unsigned clusterX, std::type_identity_t<Params>... args) {
+    cudaLaunchAttribute attributes[2]{};
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = stream;
-    config.attrs = &attribute;
+    config.attrs = attributes;
     config.numAttrs = 0;
     if (programmatic) {
         DeviceFacts facts;
         if (queryDeviceFacts(facts) != KernelStatus::Ok) return cudaErrorInvalidDevice;
-        if (facts.computeMajor >= 9) config.numAttrs = 1;
+        if (facts.computeMajor >= 9) {
+            attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attributes[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+            ++config.numAttrs;
+        }
+    }
+    if (clusterX > 0) {
+        attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attributes[config.numAttrs].val.clusterDim.x = clusterX;
+        attributes[config.numAttrs].val.clusterDim.y = 1;
+        attributes[config.numAttrs].val.clusterDim.z = 1;
+        ++config.numAttrs;
     }
     const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
     const cudaError_t last = cudaGetLastError();
     return err != cudaSuccess ? err : last;
+}
+template <typename... Params>
+inline cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                                cudaStream_t stream, bool programmatic, std::type_identity_t<Params>... args) {
+    return launchKernelWith(kernel, grid, block, smem, stream, programmatic, 0u, args...);
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }

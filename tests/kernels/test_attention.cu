@@ -15,9 +15,15 @@
 //   on every one-row fixture, against the same FP64 reference with the prefill harness's fp16
 //   tolerances (test_attention_prefill.cu says where they come from; same input distribution),
 //   forced and automatic splits, empty pieces, programmatic launch, and its refusals.
+// - the cluster form (cluster: one launch, blocks of a cluster merged through distributed shared
+//   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
+//   cache bit for bit, forced and automatic cluster sizes (1, 4, 8, 16), refusals (groups above
+//   4, two rows), and its time next to the fused split kernel's.
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
+#include <functional>
+
 #include "HarnessCommon.h"
 
 using namespace harness;
@@ -362,17 +368,25 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     p.fuseNormRope = true;
     p.normRope = r;
     p.fuseMerge = true;
-    bool same = true, cacheSame = true;
-    for (int launch = 0; launch < 3; ++launch) {
-        dkc.upload(kBytes);
-        dvc.upload(vBytes);
-        dout.poison();
-        HCHECK_STATUS(gc::launchAttentionDecode(p, nullptr));
-        HCHECK(cudaDeviceSynchronize());
-        const auto out = dout.download();
+    // Three launches of `form` on fresh caches and a poisoned output: each output to `visit`,
+    // whether every launch left the caches equal to the separate launches'.
+    auto threeLaunches = [&](const gc::AttentionDecodeParams& form, const std::function<void(const std::vector<float>&)>& visit) {
+        bool cachesSame = true;
+        for (int launch = 0; launch < 3; ++launch) {
+            dkc.upload(kBytes);
+            dvc.upload(vBytes);
+            dout.poison();
+            HCHECK_STATUS(gc::launchAttentionDecode(form, nullptr));
+            HCHECK(cudaDeviceSynchronize());
+            visit(dout.download());
+            cachesSame &= dkc.download() == wantK && dvc.download() == wantV;
+        }
+        return cachesSame;
+    };
+    bool same = true;
+    const bool cacheSame = threeLaunches(p, [&](const std::vector<float>& out) {
         same &= std::memcmp(out.data(), wantOut.data(), out.size() * sizeof(float)) == 0;
-        cacheSame &= dkc.download() == wantK && dvc.download() == wantV;
-    }
+    });
     const auto qAfter = dq.download();
     const auto ws = dws.download();
     bool countersZero = true;
@@ -386,6 +400,41 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     bad.normRope.headDim = d * 2;
     report.addCheck("fused " + f.name + ": mismatched normRope refused",
                     gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument, "");
+    // The cluster form (AttentionDecodeParams::cluster) on the same raw q/k/v, three launches:
+    // output within fp32 rounding of the separate launches (another summation order), the K/V
+    // cache bit-identical, the raw q untouched. Groups above 4 query heads are refused.
+    const int group = f.qHeads / f.kvHeads;
+    gc::AttentionDecodeParams c = p;
+    c.fuseMerge = false;
+    c.cluster = true;
+    c.workspace = nullptr;  // the cluster form reads none
+    c.workspaceBytes = 0;
+    c.splits = (f.splits > 0 && (f.splits & (f.splits - 1)) == 0 && f.splits <= 16) ? f.splits : 0;
+    if (group > gc::kFusedAttentionMaxGroup) {
+        report.addCheck("cluster " + f.name + ": a group of " + std::to_string(group) + " refused",
+                        gc::launchAttentionDecode(c, nullptr) == gc::KernelStatus::InvalidArgument, "");
+    } else {
+        double worst = 0.0, scale = 0.0;
+        bool finite = true;
+        for (float x : wantOut) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+        const bool clusterCacheSame = threeLaunches(c, [&](const std::vector<float>& out) {
+            for (std::size_t i = 0; i < out.size(); ++i) {
+                finite &= std::isfinite(out[i]);
+                worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
+            }
+        });
+        const double rel = scale > 0 ? worst / scale : worst;
+        char detail[160];
+        std::snprintf(detail, sizeof detail, "max |diff| %.3g of max|out| %.3g (rel %.3g), cluster size %d", worst, scale, rel,
+                      gc::attentionDecodeSplits(c));
+        report.addCheck("cluster " + f.name + ": output within fp32 rounding of norm+RoPE, split, merge", finite && rel <= 1e-5,
+                        detail);
+        report.addCheck("cluster " + f.name + ": K/V cache bit-identical, raw q untouched", clusterCacheSame && dq.download() == q, "");
+        gc::AttentionDecodeParams twoRows = c;
+        twoRows.rows = 2;
+        report.addCheck("cluster " + f.name + ": two rows refused",
+                        gc::launchAttentionDecode(twoRows, nullptr) == gc::KernelStatus::InvalidArgument, "");
+    }
     // The fused launch's time against its split count (information only): each block's piece is
     // short at a full window, and the last block merges every split of the group.
     if (f.timing && !quickMode()) {
@@ -404,6 +453,18 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             char line[200];
             std::snprintf(line, sizeof line, "fused %-34s %8.1f us  %7.1f GB/s (live K+V band, %d splits%s)", f.name.c_str(), us,
                           bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), splits ? ", forced" : "");
+            perf.push_back(line);
+        }
+        for (int size : {0, 8, 16}) {
+            if (group > gc::kFusedAttentionMaxGroup) break;
+            gc::AttentionDecodeParams t = c;
+            t.splits = size;
+            t.programmaticLaunch = false;
+            t.normRope.programmaticLaunch = false;
+            const double us = medianMicros([&](int) { gc::launchAttentionDecode(t, nullptr); }, 5, 30);
+            char line[200];
+            std::snprintf(line, sizeof line, "cluster %-32s %8.1f us  %7.1f GB/s (live K+V band, cluster of %d%s)", f.name.c_str(), us,
+                          bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), size ? ", forced" : "");
             perf.push_back(line);
         }
     }
@@ -524,7 +585,12 @@ int main() {
     // The fused decode form: 12b sliding (GQA d256, ring wrap too) and full (MQA d512, partial
     // RoPE) layers, a KV-shared layer, bf16, empty splits, one split, the small golden head dims.
     const std::vector<FusedFixture> fused = {
-        {"12b sliding pos 150 f32", 16, 8, 256, 1024, 1055, F, 150, false, 128},
+        {"12b sliding pos 150 f32", 16, 8, 256, 1024, 1055, F, 150, false, 128, 0, true},
+        {"12b sliding pos 40 bf16", 16, 8, 256, 1024, 1055, B, 40, false, 128},
+        {"12b sliding ring wrap bf16", 16, 8, 256, 1024, 1055, B, 9000, false, 128, 0, true},
+        {"31b sliding 32q/16kv f32", 32, 16, 256, 1024, 1055, F, 2000, false, 128},
+        {"12b sliding pos 600 f32 cluster of 8", 16, 8, 256, 1024, 1055, F, 600, false, 128, 8},
+        {"12b sliding len1 f32", 16, 8, 256, 1024, 1055, F, 0, false, 128},
         {"12b sliding ring wrap f32", 16, 8, 256, 1024, 1055, F, 5000, false, 128, 0, true},
         {"12b full pos 3000 f32", 16, 1, 512, 0, 4096, F, 3000, false, 64},
         {"12b full len1 f32", 16, 1, 512, 0, 4096, F, 0, false, 64},

@@ -165,6 +165,12 @@ struct OpenOptions {
     // P rounded to fp16, fp32 softmax; ~1e-3 of max|out|, like the prefill's attention).
     // docs/PERFORMANCE.md version 8. false: the fp32 CUDA-core split kernel (comparisons).
     bool tensorCoreAttention = true;
+    // CUDA (sm_90+): the fused decode attention of sliding layers runs as thread-block clusters,
+    // one per KV head, whose blocks merge their pieces through distributed shared memory instead
+    // of global partials and a last-block merge (AttentionDecodeParams::cluster; fp32, another
+    // summation order: within fp32 rounding of the split kernel). docs/PERFORMANCE.md version 11.
+    // false: the fused split kernel (comparisons).
+    bool clusterAttention = true;
     // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
