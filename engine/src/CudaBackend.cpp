@@ -1327,16 +1327,20 @@ private:
         return rows == 1 && fusedAttention_ && config_.numHeads / config_.layers[l].kvHeads <= kc::kFusedAttentionMaxGroup;
     }
 
-    // Which fused layers run the cluster form (AttentionDecodeParams::cluster; OpenOptions::
-    // clusterAttention): the sliding ones, whose band never exceeds the window, where the device
-    // launches it (sm_90+ and a cluster size whose clusters are all resident at once). Decided when
-    // the caches are (re)allocated, so a graph captures one choice.
+    // Which layers run the cluster form (AttentionDecodeParams::cluster; OpenOptions::
+    // clusterAttention, under fusedAttention): the sliding ones, whose band never exceeds the
+    // window, with at most kClusterAttentionMaxGroup query heads per KV head (so also groups the
+    // fused split kernel leaves to three launches, e2b's 8), where the device launches it (sm_90+
+    // and a cluster size whose clusters are all resident at once). Decided when the caches are
+    // (re)allocated, so a graph captures one choice.
     void chooseClusterAttention() {
         clusterLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
         clusterLayers_ = 0;
         if (!clusterAttention_) return;
         for (int l = 0; l < config_.numLayers; ++l) {
-            if (!fusedAttentionFor(l, 1) || config_.layers[l].type != LayerType::Sliding) continue;
+            if (!fusedAttention_ || config_.layers[l].type != LayerType::Sliding ||
+                config_.numHeads / config_.layers[l].kvHeads > kc::kClusterAttentionMaxGroup)
+                continue;
             kc::AttentionDecodeParams d = attentionParams(l, 1);
             d.cluster = true;
             if (kc::attentionDecodeSplits(d) < 1) continue;
@@ -1347,6 +1351,8 @@ private:
     bool clusterAttentionFor(int l, int rows) const {
         return rows == 1 && static_cast<std::size_t>(l) < clusterLayer_.size() && clusterLayer_[static_cast<std::size_t>(l)];
     }
+    // Whether layer l's decode attention is one launch (fused split kernel or cluster form).
+    bool oneLaunchAttentionFor(int l, int rows) const { return fusedAttentionFor(l, rows) || clusterAttentionFor(l, rows); }
 
     // q/k/v norm + RoPE + cache write of layer l (q in place).
     kc::QkvNormRopeParams normRopeParams(int l, int rows) const {
@@ -1408,7 +1414,7 @@ private:
         GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
         {
             Timed timed(*this, stats, Bucket::Attention);
-            if (fusedAttentionFor(l, rows)) {
+            if (oneLaunchAttentionFor(l, rows)) {
                 // One launch: norm + RoPE + cache write, split and merge (AttentionDecode.cu, "Fusions").
                 kc::AttentionDecodeParams d = attentionParams(l, rows);
                 d.fuseNormRope = true;
@@ -1421,7 +1427,7 @@ private:
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(normRopeParams(l, rows), stream_), "q/k/v norm + RoPE"));
             }
         }
-        if (!fusedAttentionFor(l, rows)) {
+        if (!oneLaunchAttentionFor(l, rows)) {
             Timed timed(*this, stats, Bucket::Attention);
             GEMMA_RETURN_IF_ERROR(attention(l, rows));
         }

@@ -478,9 +478,14 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
 // it. Compared with the split kernel: no partials in global memory, no counter, no serial merge
 // in one block, every warp busy in the softmax, and the K/V write off the loads' critical path.
 constexpr int kClusterThreads = 256;
-constexpr int kClusterChunkBytes = 64 * 1024;  // K + V rows of one chunk
+// K + V rows of one chunk. GEMMA_CLUSTER_CHUNK_BYTES overrides it for measurements (a harness
+// built with -DGEMMA_CLUSTER_CHUNK_BYTES=...; docs/PERFORMANCE.md version 11).
+#ifndef GEMMA_CLUSTER_CHUNK_BYTES
+#define GEMMA_CLUSTER_CHUNK_BYTES (64 * 1024)
+#endif
+constexpr int kClusterChunkBytes = GEMMA_CLUSTER_CHUNK_BYTES;
 constexpr int kClusterMaxKeys = 256;           // keys per chunk at most (small head dims)
-constexpr int kClusterMaxGroup = 4;            // query heads per kv head (registers of the scores)
+constexpr int kClusterMaxGroup = kClusterAttentionMaxGroup;  // query heads per kv head (AttentionDecode.h)
 constexpr int kClusterMaxSize = 16;
 
 __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
@@ -517,7 +522,10 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
     }
 }
 
-template <int D, typename KvT>
+// G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
+// G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
+// so the scores read q from shared memory.
+template <int D, typename KvT, int G>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -569,12 +577,16 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // Loads keys [first, first + count) of the piece into rows 0..count-1; the current position's
     // rows (writesCurrent) come from curK/curV after the wait instead.
     auto issueChunk = [&](std::int64_t first, int count) {
+        // Slots of consecutive positions: one 64-bit remainder per chunk; count <= the band <=
+        // capacity, so a slot past the end wraps with one subtraction.
+        const std::int64_t firstSlot = first % p.capacity;
         for (int idx = tid; idx < count * kChunks16; idx += kClusterThreads) {
             const int r = idx / kChunks16;
             const int c = idx % kChunks16;
-            const std::int64_t pos = first + r;
-            if (writesCurrent && pos == current) continue;
-            const std::int64_t off = (pos % p.capacity) * slotBytes + c * 16;
+            if (writesCurrent && first + r == current) continue;
+            std::int64_t slot = firstSlot + r;
+            if (slot >= p.capacity) slot -= p.capacity;
+            const std::int64_t off = slot * slotBytes + c * 16;
             cpAsync16(kRows + r * kRowBytes + c * 16, kBase + off, true);
             cpAsync16(vRows + r * kRowBytes + c * 16, vBase + off, true);
         }
@@ -619,16 +631,19 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     }
     __syncthreads();  // q, the current rows and the stats are in place
 
-    float qv[kClusterMaxGroup][N];
+    constexpr bool kQInRegisters = G <= 4;
+    float qv[kQInRegisters ? G : 1][N];
+    if constexpr (kQInRegisters) {
 #pragma unroll
-    for (int h = 0; h < kClusterMaxGroup; ++h)
-        if (h < g) {
+        for (int h = 0; h < G; ++h)
+            if (h < g) {
 #pragma unroll
-            for (int i = 0; i < N; ++i) qv[h][i] = qs[h * D + lane * N + i];
-        }
-    float o[kClusterMaxGroup][DT];
+                for (int i = 0; i < N; ++i) qv[h][i] = qs[h * D + lane * N + i];
+            }
+    }
+    float o[G][DT];
 #pragma unroll
-    for (int h = 0; h < kClusterMaxGroup; ++h)
+    for (int h = 0; h < G; ++h)
 #pragma unroll
         for (int j = 0; j < DT; ++j) o[h][j] = 0.0f;
 
@@ -650,11 +665,11 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             float kv[N];
             loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
 #pragma unroll
-            for (int h = 0; h < kClusterMaxGroup; ++h) {
+            for (int h = 0; h < G; ++h) {
                 if (h < g) {
                     float s = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < N; ++i) s = fmaf(qv[h][i], kv[i], s);
+                    for (int i = 0; i < N; ++i) s = fmaf(kQInRegisters ? qv[kQInRegisters ? h : 0][i] : qs[h * D + lane * N + i], kv[i], s);
                     s = warpSum(s);
                     if (lane == 0) sc[h * KC + t] = s * p.scale;
                 }
@@ -690,7 +705,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         // O = alpha·O + Σ_t p_t V_t: thread per dim.
         if (tid < D) {
 #pragma unroll
-            for (int h = 0; h < kClusterMaxGroup; ++h)
+            for (int h = 0; h < G; ++h)
                 if (h < g) {
                     const float a = alphaRow[h];
 #pragma unroll
@@ -703,7 +718,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
                 for (int j = 0; j < DT; ++j) {
                     const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
 #pragma unroll
-                    for (int h = 0; h < kClusterMaxGroup; ++h)
+                    for (int h = 0; h < G; ++h)
                         if (h < g) o[h][j] = fmaf(sc[h * KC + t], v, o[h][j]);
                 }
             }
@@ -714,7 +729,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
     if (tid < D) {
 #pragma unroll
-        for (int h = 0; h < kClusterMaxGroup; ++h)
+        for (int h = 0; h < G; ++h)
             if (h < g)
 #pragma unroll
                 for (int j = 0; j < DT; ++j) os[h * D + tid + j * kClusterThreads] = o[h][j];
@@ -849,16 +864,16 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 }
 
 // ---- cluster form: host side ------------------------------------------------------------------------
-// Raises the kernel's limits once per device and host thread: the largest shared memory any group
-// size needs, and cluster sizes above the portable 8.
-template <int D, typename KvT>
+// Raises the kernel's limits once per device and host thread: the largest shared memory a group
+// of up to G needs, and cluster sizes above the portable 8.
+template <int D, typename KvT, int G>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
-    const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), kClusterMaxGroup));
-    cudaError_t err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
+    cudaError_t err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err == cudaSuccess) prepared = device;
     return err;
 }
@@ -866,7 +881,7 @@ cudaError_t prepareClusterKernel(int device) {
 // The cluster size: p.splits when given (a power of two up to kClusterMaxSize dividing the head
 // dim, else 0), otherwise the largest such size whose clusters for every kv head are resident at
 // once (the occupancy calculator, cached per device and shape); 0 when none launches.
-template <int D, typename KvT>
+template <int D, typename KvT, int G>
 int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     const auto valid = [](int c) { return c >= 1 && c <= kClusterMaxSize && (c & (c - 1)) == 0 && D % c == 0; };
     if (facts.computeMajor < 9) return 0;  // clusters need sm_90
@@ -877,7 +892,7 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     thread_local Cached cached;
     const int g = p.qHeads / p.kvHeads;
     if (cached.device == facts.device && cached.group == g && cached.kvHeads == p.kvHeads) return cached.size;
-    if (prepareClusterKernel<D, KvT>(facts.device) != cudaSuccess) {
+    if (prepareClusterKernel<D, KvT, G>(facts.device) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
@@ -896,7 +911,7 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
         config.attrs = &attribute;
         config.numAttrs = 1;
         int active = 0;
-        if (cudaOccupancyMaxActiveClusters(&active, attentionClusterKernel<D, KvT>, &config) != cudaSuccess) {
+        if (cudaOccupancyMaxActiveClusters(&active, attentionClusterKernel<D, KvT, G>, &config) != cudaSuccess) {
             cudaGetLastError();
             continue;
         }
@@ -906,35 +921,40 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     return chosen;
 }
 
-int clusterSize(const AttentionDecodeParams& p, const DeviceFacts& facts) {
-    const bool bf16 = p.kvDtype == KvDtype::BF16;
-    switch (p.headDim) {
-        case 32: return bf16 ? clusterSizeTyped<32, std::uint16_t>(p, facts) : clusterSizeTyped<32, float>(p, facts);
-        case 64: return bf16 ? clusterSizeTyped<64, std::uint16_t>(p, facts) : clusterSizeTyped<64, float>(p, facts);
-        case 128: return bf16 ? clusterSizeTyped<128, std::uint16_t>(p, facts) : clusterSizeTyped<128, float>(p, facts);
-        case 256: return bf16 ? clusterSizeTyped<256, std::uint16_t>(p, facts) : clusterSizeTyped<256, float>(p, facts);
-        default: return bf16 ? clusterSizeTyped<512, std::uint16_t>(p, facts) : clusterSizeTyped<512, float>(p, facts);
-    }
-}
-
-template <int D, typename KvT>
+template <int D, typename KvT, int G>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
-    if (const cudaError_t err = prepareClusterKernel<D, KvT>(device); err != cudaSuccess) return err;
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G>(device); err != cudaSuccess) return err;
     const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT>, grid, dim3(kClusterThreads), smem, stream, p.programmaticLaunch,
+    return launchKernelWith(attentionClusterKernel<D, KvT, G>, grid, dim3(kClusterThreads), smem, stream, p.programmaticLaunch,
                             static_cast<unsigned>(size), p);
 }
 
-inline cudaError_t launchCluster(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
+// Calls f.template operator()<D, KvT, G>() for the instance of the cluster kernel that takes p
+// (head dim, cache type, group of at most 4 or 8).
+template <typename F>
+auto withClusterInstance(const AttentionDecodeParams& p, F&& f) {
     const bool bf16 = p.kvDtype == KvDtype::BF16;
+    const bool wide = p.qHeads / p.kvHeads > 4;
+    const auto forDim = [&]<int D>() {
+        if (bf16) return wide ? f.template operator()<D, std::uint16_t, 8>() : f.template operator()<D, std::uint16_t, 4>();
+        return wide ? f.template operator()<D, float, 8>() : f.template operator()<D, float, 4>();
+    };
     switch (p.headDim) {
-        case 32: return bf16 ? launchClusterTyped<32, std::uint16_t>(p, size, device, stream) : launchClusterTyped<32, float>(p, size, device, stream);
-        case 64: return bf16 ? launchClusterTyped<64, std::uint16_t>(p, size, device, stream) : launchClusterTyped<64, float>(p, size, device, stream);
-        case 128: return bf16 ? launchClusterTyped<128, std::uint16_t>(p, size, device, stream) : launchClusterTyped<128, float>(p, size, device, stream);
-        case 256: return bf16 ? launchClusterTyped<256, std::uint16_t>(p, size, device, stream) : launchClusterTyped<256, float>(p, size, device, stream);
-        default: return bf16 ? launchClusterTyped<512, std::uint16_t>(p, size, device, stream) : launchClusterTyped<512, float>(p, size, device, stream);
+        case 32: return forDim.template operator()<32>();
+        case 64: return forDim.template operator()<64>();
+        case 128: return forDim.template operator()<128>();
+        case 256: return forDim.template operator()<256>();
+        default: return forDim.template operator()<512>();
     }
+}
+
+int clusterSize(const AttentionDecodeParams& p, const DeviceFacts& facts) {
+    return withClusterInstance(p, [&]<int D, typename KvT, int G>() { return clusterSizeTyped<D, KvT, G>(p, facts); });
+}
+
+inline cudaError_t launchCluster(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
+    return withClusterInstance(p, [&]<int D, typename KvT, int G>() { return launchClusterTyped<D, KvT, G>(p, size, device, stream); });
 }
 
 // Whether p.normRope describes the launch it is fused into (AttentionDecodeParams::fuseNormRope).

@@ -71,8 +71,9 @@ struct AttentionDecodeParams {
     // the memory's pace. Requires |q|, |K|, |V| < 65504.
     bool tensorCores = false;
 
-    // Thread-block clusters for one decode row (rows == 1, sm_90+, at most kClusterMaxGroup = 4
-    // query heads per kv head, one cache (cacheBatchStride 0); not with fuseMerge or tensorCores):
+    // Thread-block clusters for one decode row (rows == 1, sm_90+, at most
+    // kClusterAttentionMaxGroup query heads per kv head, one cache (cacheBatchStride 0); not with
+    // fuseMerge or tensorCores):
     // one launch, one cluster of up to 16 blocks per kv head, each block a piece of the band, the
     // pieces merged through distributed shared memory (AttentionDecode.cu, "cluster form"); with
     // fuseNormRope the norm + RoPE and the cache write as in the fused split kernel. Fp32
@@ -85,6 +86,9 @@ struct AttentionDecodeParams {
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
 inline constexpr int kFusedAttentionMaxGroup = 4;
+// The largest group the cluster form takes (AttentionDecodeParams::cluster): its merge is
+// parallel over the group's heads, so it is not bound by kFusedAttentionMaxGroup.
+inline constexpr int kClusterAttentionMaxGroup = 8;
 
 // Splits the launcher will use for these parameters (depends on the device's SM count; with
 // `cluster`, the cluster size, 0 if none launches).

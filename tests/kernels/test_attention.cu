@@ -17,8 +17,9 @@
 //   forced and automatic splits, empty pieces, programmatic launch, and its refusals.
 // - the cluster form (cluster: one launch, blocks of a cluster merged through distributed shared
 //   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
-//   cache bit for bit, forced and automatic cluster sizes (1, 4, 8, 16), refusals (groups above
-//   4, two rows), and its time next to the fused split kernel's.
+//   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
+//   8, 16), groups of 2, 4 and 8, refusals (groups above 8, two rows), and its time next to the
+//   fused split kernel's.
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
@@ -402,7 +403,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                     gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument, "");
     // The cluster form (AttentionDecodeParams::cluster) on the same raw q/k/v, three launches:
     // output within fp32 rounding of the separate launches (another summation order), the K/V
-    // cache bit-identical, the raw q untouched. Groups above 4 query heads are refused.
+    // cache bit-identical, the raw q untouched. Groups above 8 query heads are refused.
     const int group = f.qHeads / f.kvHeads;
     gc::AttentionDecodeParams c = p;
     c.fuseMerge = false;
@@ -410,7 +411,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     c.workspace = nullptr;  // the cluster form reads none
     c.workspaceBytes = 0;
     c.splits = (f.splits > 0 && (f.splits & (f.splits - 1)) == 0 && f.splits <= 16) ? f.splits : 0;
-    if (group > gc::kFusedAttentionMaxGroup) {
+    if (group > gc::kClusterAttentionMaxGroup) {
         report.addCheck("cluster " + f.name + ": a group of " + std::to_string(group) + " refused",
                         gc::launchAttentionDecode(c, nullptr) == gc::KernelStatus::InvalidArgument, "");
     } else {
@@ -456,7 +457,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             perf.push_back(line);
         }
         for (int size : {0, 8, 16}) {
-            if (group > gc::kFusedAttentionMaxGroup) break;
+            if (group > gc::kClusterAttentionMaxGroup) break;
             gc::AttentionDecodeParams t = c;
             t.splits = size;
             t.programmaticLaunch = false;
