@@ -186,6 +186,7 @@ public:
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
+          attentionPrefetch_(options.attentionPrefetch),
           timelineWanted_(options.kernelTimeline) {}
 
     ~CudaBackend() override {
@@ -266,7 +267,9 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
-               (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" : std::string{}) +
+               (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
+                                         (attentionPrefetch_ ? " (band prefetched)" : "")
+                                   : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) +
@@ -1421,6 +1424,7 @@ private:
                 d.normRope = normRopeParams(l, rows);
                 // The merge: through the cluster's shared memory, or by the last split block.
                 d.cluster = clusterAttentionFor(l, rows);
+                d.prefetchBand = d.cluster && attentionPrefetch_;
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
@@ -1488,6 +1492,7 @@ private:
     bool tensorCoreAttention_ = true;
     bool persistentLmHead_ = false;
     bool clusterAttention_ = true;
+    bool attentionPrefetch_ = false;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
     int clusterLayers_ = 0;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and

@@ -555,8 +555,14 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     float* lRow = mRow + kClusterMaxGroup;
     float* alphaRow = lRow + kClusterMaxGroup;
 
-    gridDependencyWait();      // q, k, v come from the kernel before (PDL)
-    allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
+    // prefetchBand: the band's earlier positions were written by earlier decode steps (a graph
+    // launch or a host copy apart from this one, so complete), and so was positions[0]: both are
+    // read before the wait for the kernel before (PDL), which only q, k, v and the current
+    // position's cache rows (a KV-shared layer's, or the separate norm kernel's) depend on.
+    if (!p.prefetchBand) {
+        gridDependencyWait();      // q, k, v come from the kernel before (PDL)
+        allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
+    }
 
     const std::int64_t len = static_cast<std::int64_t>(p.positions[0]) + 1;
     std::int64_t start = 0;
@@ -575,15 +581,16 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     const std::int64_t slotBytes = static_cast<std::int64_t>(p.kvHeads) * kRowBytes;
     constexpr int kChunks16 = kRowBytes / 16;
     // Loads keys [first, first + count) of the piece into rows 0..count-1; the current position's
-    // rows (writesCurrent) come from curK/curV after the wait instead.
-    auto issueChunk = [&](std::int64_t first, int count) {
+    // rows come from curK/curV after the wait instead (writesCurrent), or, when `skipCurrent`, are
+    // left for a load after the wait.
+    auto issueChunk = [&](std::int64_t first, int count, bool skipCurrent) {
         // Slots of consecutive positions: one 64-bit remainder per chunk; count <= the band <=
         // capacity, so a slot past the end wraps with one subtraction.
         const std::int64_t firstSlot = first % p.capacity;
         for (int idx = tid; idx < count * kChunks16; idx += kClusterThreads) {
             const int r = idx / kChunks16;
             const int c = idx % kChunks16;
-            if (writesCurrent && first + r == current) continue;
+            if ((writesCurrent || skipCurrent) && first + r == current) continue;
             std::int64_t slot = firstSlot + r;
             if (slot >= p.capacity) slot -= p.capacity;
             const std::int64_t off = slot * slotBytes + c * 16;
@@ -593,7 +600,21 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         cpAsyncCommit();
     };
     const int firstCount = hasKeys ? static_cast<int>(be - bs < KC ? be - bs : KC) : 0;
-    if (hasKeys) issueChunk(bs, firstCount);
+    if (hasKeys) issueChunk(bs, firstCount, p.prefetchBand);
+    if (p.prefetchBand) {
+        gridDependencyWait();
+        allowDependentsToStart();
+        // The current position's rows, when the cache holds them and they are in the first chunk.
+        if (!writesCurrent && current >= bs && current < bs + firstCount) {
+            const std::int64_t off = (current % p.capacity) * slotBytes;
+            const int row = static_cast<int>(current - bs);
+            for (int c = tid; c < kChunks16; c += kClusterThreads) {
+                cpAsync16(kRows + row * kRowBytes + c * 16, kBase + off + c * 16, true);
+                cpAsync16(vRows + row * kRowBytes + c * 16, vBase + off + c * 16, true);
+            }
+            cpAsyncCommit();
+        }
+    }
 
     // Prologue, in parallel warps: this position's K (warp 0) and V (warp 1) when this block holds
     // it; the group's query heads (warps 2..) when the block has keys.
@@ -649,7 +670,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 
     for (std::int64_t first = bs; first < be; first += KC) {
         const int count = static_cast<int>(be - first < KC ? be - first : KC);
-        if (first != bs) issueChunk(first, count);
+        if (first != bs) issueChunk(first, count, false);  // after the wait: the current rows load as any
         cpAsyncWait<0>();
         if (writesCurrent && current >= first && current < first + count) {
             const int row = static_cast<int>(current - first);

@@ -146,6 +146,17 @@ public:
         input.poison();
         copies_.push_back({std::move(staging), reinterpret_cast<std::uint8_t*>(input.ptr)});
     }
+    // Like upload(), for a byte range inside a larger buffer (the rest of it is left as it is).
+    void uploadBytes(std::uint8_t* dst, const std::vector<std::uint8_t>& host) {
+        if (!programmatic_) {
+            HCHECK(cudaMemcpy(dst, host.data(), host.size(), cudaMemcpyHostToDevice));
+            return;
+        }
+        DeviceBuffer<std::uint8_t> staging(host.size());
+        HCHECK(cudaMemcpy(staging.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+        HCHECK(cudaMemset(dst, 0xFF, host.size()));
+        copies_.push_back({std::move(staging), dst});
+    }
     void produce() {
         if (!programmatic_) return;
         HCHECK(cudaDeviceSynchronize());

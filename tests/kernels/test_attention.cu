@@ -434,6 +434,43 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("cluster " + f.name + ": output within fp32 rounding of norm+RoPE, split, merge", finite && rel <= 1e-5,
                         detail);
         report.addCheck("cluster " + f.name + ": K/V cache bit-identical, raw q untouched", clusterCacheSame && dq.download() == q, "");
+        // prefetchBand, launched programmatically after delayed producers of q, k, v (and, for a
+        // KV-shared layer, of the current position's cache rows, which the engine writes in the
+        // same step): only the band's earlier rows may be read before the wait, so reading
+        // anything else early meets the NaN poison.
+        {
+            Producer producer(true);
+            gc::AttentionDecodeParams early = c;
+            early.prefetchBand = true;
+            early.programmaticLaunch = true;
+            dkc.upload(kBytes);
+            dvc.upload(vBytes);
+            if (f.kvShared) {
+                const std::size_t at = static_cast<std::size_t>((f.position % f.capacity) * slotElems) * eb;
+                const std::size_t n = static_cast<std::size_t>(slotElems) * eb;
+                producer.uploadBytes(dkc.ptr + at, std::vector<std::uint8_t>(kBytes.begin() + at, kBytes.begin() + at + n));
+                producer.uploadBytes(dvc.ptr + at, std::vector<std::uint8_t>(vBytes.begin() + at, vBytes.begin() + at + n));
+            } else {
+                producer.upload(dk, k);
+                producer.upload(dv, v);
+            }
+            producer.upload(dq, q);
+            dout.poison();
+            producer.produce();
+            HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
+            HCHECK(cudaDeviceSynchronize());
+            const auto out = dout.download();
+            double earlyWorst = 0.0;
+            bool earlyFinite = true;
+            for (std::size_t i = 0; i < out.size(); ++i) {
+                earlyFinite &= std::isfinite(out[i]);
+                earlyWorst = std::max(earlyWorst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
+            }
+            const double earlyRel = scale > 0 ? earlyWorst / scale : earlyWorst;
+            report.addCheck("cluster " + f.name + ": band prefetched before the wait, after delayed producers",
+                            earlyFinite && earlyRel <= 1e-5 && dkc.download() == wantK && dvc.download() == wantV,
+                            "rel " + std::to_string(earlyRel));
+        }
         gc::AttentionDecodeParams twoRows = c;
         twoRows.rows = 2;
         report.addCheck("cluster " + f.name + ": two rows refused",

@@ -171,6 +171,10 @@ struct OpenOptions {
     // summation order: within fp32 rounding of the split kernel). docs/PERFORMANCE.md version 11.
     // false: the fused split kernel (comparisons).
     bool clusterAttention = true;
+    // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
+    // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
+    // prefetchBand; those rows were written by earlier steps). Off until measured (an experiment).
+    bool attentionPrefetch = false;
     // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
