@@ -443,18 +443,24 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             gc::AttentionDecodeParams early = c;
             early.prefetchBand = true;
             early.programmaticLaunch = true;
+            // The producers run in stream order and only the last one overlaps the kernel, so the
+            // input that must not be read early is produced last: the current rows of a
+            // KV-shared layer (the cache bytes the engine writes in the same step), else q.
             dkc.upload(kBytes);
             dvc.upload(vBytes);
             if (f.kvShared) {
+                producer.upload(dq, q);
                 const std::size_t at = static_cast<std::size_t>((f.position % f.capacity) * slotElems) * eb;
                 const std::size_t n = static_cast<std::size_t>(slotElems) * eb;
+                // Two producers: only the V row's is last, so an early read of the V row is what
+                // fails here; the kernel loads the K and V rows in the same statement.
                 producer.uploadBytes(dkc.ptr + at, std::vector<std::uint8_t>(kBytes.begin() + at, kBytes.begin() + at + n));
                 producer.uploadBytes(dvc.ptr + at, std::vector<std::uint8_t>(vBytes.begin() + at, vBytes.begin() + at + n));
             } else {
                 producer.upload(dk, k);
                 producer.upload(dv, v);
+                producer.upload(dq, q);
             }
-            producer.upload(dq, q);
             dout.poison();
             producer.produce();
             HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
