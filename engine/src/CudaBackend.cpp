@@ -474,25 +474,31 @@ private:
         std::vector<TimedKernel> timed, byKernel;
         timed.reserve(traceRecords_.size());
         byKernel.reserve(traceRecords_.size());
-        // Mangled name → row of summary.kernels; rows are per display name (names that demangle
-        // alike share one).
-        std::unordered_map<std::string, int> kernelIndex, displayIndex;
+        // Per mangled name, worked out once: its bucket (-1: none claims it) and its row of
+        // summary.kernels (rows are per display name; names that demangle alike share one).
+        struct NameFacts {
+            int bucket;
+            int row;
+        };
+        std::unordered_map<std::string, NameFacts> names;
+        std::unordered_map<std::string, int> displayIndex;
         for (const auto& record : traceRecords_) {
-            int bucket = kernelBucket(kernelBaseName(record.name));
+            auto at = names.find(record.name);
+            if (at == names.end()) {
+                std::string display = kernelDisplayName(record.name);
+                const auto [row, added] = displayIndex.try_emplace(display, static_cast<int>(summary.kernels.size()));
+                if (added) summary.kernels.push_back({std::move(display)});
+                at = names.emplace(record.name, NameFacts{kernelBucket(kernelBaseName(record.name)), row->second}).first;
+            }
+            int bucket = at->second.bucket;
             if (bucket < 0) {
                 ++summary.unknownKernels;
                 bucket = static_cast<int>(Bucket::NormElementwise);
             }
             timed.push_back({bucket, record.startNs, record.endNs});
-            auto at = kernelIndex.find(record.name);
-            if (at == kernelIndex.end()) {
-                std::string display = kernelDisplayName(record.name);
-                const auto [row, added] = displayIndex.try_emplace(display, static_cast<int>(summary.kernels.size()));
-                if (added) summary.kernels.push_back({std::move(display)});
-                at = kernelIndex.emplace(record.name, row->second).first;
-            }
-            byKernel.push_back({at->second, record.startNs, record.endNs});
-            if (record.endNs > record.startNs) summary.kernels[static_cast<std::size_t>(at->second)].durationMs += 1e-6 * static_cast<double>(record.endNs - record.startNs);
+            const int row = at->second.row;
+            byKernel.push_back({row, record.startNs, record.endNs});
+            if (record.endNs > record.startNs) summary.kernels[static_cast<std::size_t>(row)].durationMs += 1e-6 * static_cast<double>(record.endNs - record.startNs);
         }
         const StepAttribution attribution = attributeKernels(timed, kBucketCount);
         for (int b = 0; b < kBucketCount; ++b) {

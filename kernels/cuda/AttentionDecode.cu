@@ -503,7 +503,7 @@ __host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes,
 template <typename KvT>
 __device__ __forceinline__ float kvElement(const unsigned char* row, int index) {
     if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
-    else return __uint_as_float(static_cast<std::uint32_t>(reinterpret_cast<const std::uint16_t*>(row)[index]) << 16);
+    else return bf16LoToFloat(reinterpret_cast<const std::uint16_t*>(row)[index]);
 }
 // A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
 template <typename KvT, int N>
@@ -951,15 +951,13 @@ cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int dev
                             static_cast<unsigned>(size), p);
 }
 
-// Calls f.template operator()<D, KvT, G>() for the instance of the cluster kernel that takes p
-// (head dim, cache type, group of at most 4 or 8).
+// Calls f.template operator()<D, KvT>() for p's head dim and cache type: the instance of a
+// kernel templated on them (both attention kernels) that takes p.
 template <typename F>
-auto withClusterInstance(const AttentionDecodeParams& p, F&& f) {
+auto withInstance(const AttentionDecodeParams& p, F&& f) {
     const bool bf16 = p.kvDtype == KvDtype::BF16;
-    const bool wide = p.qHeads / p.kvHeads > 4;
     const auto forDim = [&]<int D>() {
-        if (bf16) return wide ? f.template operator()<D, std::uint16_t, 8>() : f.template operator()<D, std::uint16_t, 4>();
-        return wide ? f.template operator()<D, float, 8>() : f.template operator()<D, float, 4>();
+        return bf16 ? f.template operator()<D, std::uint16_t>() : f.template operator()<D, float>();
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();
@@ -968,6 +966,16 @@ auto withClusterInstance(const AttentionDecodeParams& p, F&& f) {
         case 256: return forDim.template operator()<256>();
         default: return forDim.template operator()<512>();
     }
+}
+
+// The same for the cluster kernel, which is also templated on the group it is unrolled for
+// (4, or 8 for larger groups): f.template operator()<D, KvT, G>().
+template <typename F>
+auto withClusterInstance(const AttentionDecodeParams& p, F&& f) {
+    const bool wide = p.qHeads / p.kvHeads > 4;
+    return withInstance(p, [&]<int D, typename KvT>() {
+        return wide ? f.template operator()<D, KvT, 8>() : f.template operator()<D, KvT, 4>();
+    });
 }
 
 int clusterSize(const AttentionDecodeParams& p, const DeviceFacts& facts) {
@@ -1069,20 +1077,8 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
     if (p.workspaceBytes < workspaceBytesFor(p, splits)) return KernelStatus::InvalidArgument;
     if ((p.fuseNormRope || p.fuseMerge) && (p.rows != 1 || p.kvHeads > kMaxCounters)) return KernelStatus::InvalidArgument;
     if (p.fuseNormRope && !normRopeDescribes(p)) return KernelStatus::InvalidArgument;
-    cudaError_t err;
-    const bool bf16 = p.kvDtype == KvDtype::BF16;
-    switch (p.headDim) {
-        case 32: err = bf16 ? launchTyped<32, std::uint16_t>(p, splits, facts.device, stream)
-                            : launchTyped<32, float>(p, splits, facts.device, stream); break;
-        case 64: err = bf16 ? launchTyped<64, std::uint16_t>(p, splits, facts.device, stream)
-                            : launchTyped<64, float>(p, splits, facts.device, stream); break;
-        case 128: err = bf16 ? launchTyped<128, std::uint16_t>(p, splits, facts.device, stream)
-                             : launchTyped<128, float>(p, splits, facts.device, stream); break;
-        case 256: err = bf16 ? launchTyped<256, std::uint16_t>(p, splits, facts.device, stream)
-                             : launchTyped<256, float>(p, splits, facts.device, stream); break;
-        default:  err = bf16 ? launchTyped<512, std::uint16_t>(p, splits, facts.device, stream)
-                             : launchTyped<512, float>(p, splits, facts.device, stream); break;
-    }
+    const cudaError_t err =
+        withInstance(p, [&]<int D, typename KvT>() { return launchTyped<D, KvT>(p, splits, facts.device, stream); });
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 
