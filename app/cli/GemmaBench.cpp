@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
-         {"attention-prefetch", false, "cluster attention: load the band's earlier positions before waiting for the q/k/v matvec (an experiment)"},
+         {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     options.fusedNorms = !cli.has("separate-norms");
     options.tensorCoreAttention = !cli.has("cuda-core-attention");
     options.clusterAttention = !cli.has("split-attention");
-    options.attentionPrefetch = cli.has("attention-prefetch");
+    options.attentionPrefetch = !cli.has("no-attention-prefetch");
     options.persistentLmHead = cli.has("persistent-lm-head");
     options.kernelTimeline = cli.has("timeline-steps");
     const bool hostSampling = cli.has("host-sampling");

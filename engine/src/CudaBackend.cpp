@@ -1498,7 +1498,7 @@ private:
     bool tensorCoreAttention_ = true;
     bool persistentLmHead_ = false;
     bool clusterAttention_ = true;
-    bool attentionPrefetch_ = false;
+    bool attentionPrefetch_ = true;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
     int clusterLayers_ = 0;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and

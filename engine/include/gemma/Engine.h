@@ -173,8 +173,9 @@ struct OpenOptions {
     bool clusterAttention = true;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
-    // prefetchBand; those rows were written by earlier steps). Off until measured (an experiment).
-    bool attentionPrefetch = false;
+    // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
+    // +1 % on the H200 (docs/PERFORMANCE.md version 12). false: the whole band after the wait.
+    bool attentionPrefetch = true;
     // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
