@@ -447,8 +447,27 @@ constexpr int kPlanePad = 16;                       // bytes after each plane: c
 
 // Bytes of one x plane (inputs padded to whole groups, then the pad).
 __host__ __device__ constexpr std::int64_t planeBytes(std::int64_t groups) { return groups * 128 + kPlanePad; }
-// Shared memory of the integer x: the planes, then one float per group (2^-E_G / 2).
-__host__ __device__ constexpr std::int64_t integerXBytes(std::int64_t groups) { return kPlanes * planeBytes(groups) + groups * 4; }
+// The constant B columns (ones, zeros) as shared-memory bytes too, so every lane loads its B
+// fragment the same way (a plane with a group stride of 128 bytes, a constant with stride 0)
+// instead of half the lanes selecting register constants around a predicated load. 80 bytes at a
+// 128-byte boundary past the factors: zeros at +0 and ones at +48, offsets whose 16-byte slots
+// miss the plane slots read in the same quarter-warp phase (plane 3 with the zeros, plane 0 with
+// the ones), so the loads stay conflict-free.
+constexpr int kZerosOffset = 0;
+constexpr int kOnesOffset = 48;
+constexpr int kConstantBytes = 80;
+__host__ __device__ constexpr std::int64_t constantsOffset(std::int64_t groups) {
+    return (kPlanes * planeBytes(groups) + groups * 4 + 127) / 128 * 128;
+}
+// Shared memory of the integer x: the planes, one float per group (2^-E_G / 2), the constants.
+__host__ __device__ constexpr std::int64_t integerXBytes(std::int64_t groups) { return constantsOffset(groups) + kConstantBytes; }
+// Writes the constant columns' bytes (threads 0 .. kConstantBytes/4 - 1; before the staging barrier).
+__device__ __forceinline__ void writeConstantColumns(std::uint8_t* planes, int groups) {
+    if (threadIdx.x < kConstantBytes / 4) {
+        const int byte = static_cast<int>(threadIdx.x) * 4;
+        reinterpret_cast<std::uint32_t*>(planes + constantsOffset(groups))[threadIdx.x] = byte >= kOnesOffset ? 0x01010101u : 0u;
+    }
+}
 
 __device__ __forceinline__ void imma16832(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -459,8 +478,8 @@ __device__ __forceinline__ void imma16832(int (&d)[4], const std::uint32_t (&a)[
 // The B operand a lane supplies: its column n = g (the mma's B fragment column is the lane's
 // group id): a plane of x, all ones, or zeros; and the per-group factors of x.
 struct IntegerB {
-    const uint4* plane;  // this lane's plane at group 0, offset by q·32 bytes; null for constants
-    std::uint32_t constant;
+    const uint4* plane;   // this lane's plane at group 0, offset by q·32 bytes, or its constant's bytes
+    int stride;           // uint4 per group: 8 for a plane, 0 for a constant
     const float* factor;  // [groups]: 2^-E_G / 2
 };
 
@@ -473,12 +492,14 @@ struct IntegerLane {
     float weight0, weight1;
 };
 __device__ __forceinline__ IntegerLane integerLane(int g, int q, const std::uint8_t* planes, const float* factors, int groups) {
-    IntegerLane l{{nullptr, 0u, factors}, 0, 0.0f, 0.0f};
+    IntegerLane l{{nullptr, 0, factors}, 0, 0.0f, 0.0f};
     const int plane = g == 0 ? 0 : g - 1;  // columns 0, 2, 3, 4 → planes 0, 1, 2, 3
-    if (g == 0 || (g >= 2 && g <= 4))
+    if (g == 0 || (g >= 2 && g <= 4)) {
         l.b.plane = reinterpret_cast<const uint4*>(planes + plane * planeBytes(groups) + q * 32);
-    else
-        l.b.constant = g == 1 ? 0x01010101u : 0u;
+        l.b.stride = 8;
+    } else {
+        l.b.plane = reinterpret_cast<const uint4*>(planes + constantsOffset(groups) + (g == 1 ? kOnesOffset : kZerosOffset));
+    }
     l.fold = q == 0 ? formats::fp4decode::kOnesColumnFold : 0;
     l.weight0 = formats::fp4decode::columnWeight(2 * q);
     l.weight1 = formats::fp4decode::columnWeight(2 * q + 1);
@@ -509,13 +530,8 @@ struct IntegerX {
     float factor;
 };
 __device__ __forceinline__ IntegerX loadIntegerX(const IntegerB& b, int group) {
-    uint4 x0, x1;
-    if (b.plane) {
-        x0 = b.plane[group * 8];
-        x1 = b.plane[group * 8 + 1];
-    } else {
-        x0 = x1 = make_uint4(b.constant, b.constant, b.constant, b.constant);
-    }
+    const uint4* p = b.plane + group * b.stride;
+    const uint4 x0 = p[0], x1 = p[1];
     return {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}, b.factor[group]};
 }
 
@@ -810,6 +826,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
+        writeConstantColumns(intPlanes, groups);
         if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
