@@ -160,7 +160,6 @@ int main(int argc, char** argv) {
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
-         {"activation-copies", true, "decode matvecs stage their input vectors from N identical copies, block b from copy b mod N (default 1)", "N"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
@@ -171,9 +170,8 @@ int main(int argc, char** argv) {
     const auto allocations = parseList(cli.value("allocations").value_or("4096,16384,32768"), error);
     const auto depths = parseList(cli.value("depths").value_or("0,8192,32768"), error);
     const auto prefills = parseList(cli.value("prefill").value_or("512,2048"), error);
-    std::int64_t promptTokens = 100, decodeTokens = 128, activationCopies = 1;
-    if (!error.empty() || !cli.getInt("prompt-tokens", 1, 1 << 20, promptTokens) || !cli.getInt("decode-tokens", 1, 1 << 16, decodeTokens) ||
-        !cli.getInt("activation-copies", 1, gemma::OpenOptions::kMaxActivationCopies, activationCopies)) {
+    std::int64_t promptTokens = 100, decodeTokens = 128;
+    if (!error.empty() || !cli.getInt("prompt-tokens", 1, 1 << 20, promptTokens) || !cli.getInt("decode-tokens", 1, 1 << 16, decodeTokens)) {
         std::cerr << "gemma-bench: " << (error.empty() ? cli.error() : error) << "\n";
         return 1;
     }
@@ -241,7 +239,6 @@ int main(int argc, char** argv) {
     options.tensorCoreAttention = !cli.has("cuda-core-attention");
     options.clusterAttention = !cli.has("split-attention");
     options.attentionPrefetch = !cli.has("no-attention-prefetch");
-    options.activationCopies = static_cast<int>(activationCopies);
     options.persistentLmHead = cli.has("persistent-lm-head");
     options.kernelTimeline = cli.has("timeline-steps");
     const bool hostSampling = cli.has("host-sampling");

@@ -52,7 +52,6 @@ bool cudaDeviceAvailable() {
 namespace {
 
 namespace kc = gemma::cuda;
-static_assert(gemma::OpenOptions::kMaxActivationCopies == kc::Fp4MatvecParams::kMaxCopies, "one bound on the copies");
 
 constexpr int kChunk = kPrefillChunk;
 
@@ -188,7 +187,6 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           attentionPrefetch_(options.attentionPrefetch),
-          copies_(std::clamp(options.activationCopies, 1, OpenOptions::kMaxActivationCopies)),
           timelineWanted_(options.kernelTimeline) {}
 
     ~CudaBackend() override {
@@ -755,15 +753,12 @@ private:
         GEMMA_RETURN_IF_ERROR(residual_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(residualAlternate_.allocateZeroed(H * 4, "workspace"));  // decode rows only (deferred norms)
         GEMMA_RETURN_IF_ERROR(normed_.allocateZeroed(R * H * 4, "workspace"));
-        // branch_ and ffn_ hold the decode row's copies (activationCopies) in the rows after it.
-        const std::size_t copyRows = std::max<std::size_t>(R, static_cast<std::size_t>(copies_));
-        GEMMA_RETURN_IF_ERROR(branch_.allocateZeroed(copyRows * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(branch_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(query_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(key_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(value_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(attended_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(ffn_.allocateZeroed(copyRows * static_cast<std::size_t>(ffn) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(replicateNorms());
+        GEMMA_RETURN_IF_ERROR(ffn_.allocateZeroed(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(logits_.allocateZeroed(static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
         if (blas_) {
             // GEMM prefill: one dequantized weight (gate|up together), the bf16 hi/lo input and the
@@ -892,9 +887,6 @@ private:
         const bool foldNorm = pendingNorm_.active && x == normed_.as<float>() && rows == 1 && integerMatvec_ && !mixedLayouts &&
                               w.in <= kc::Fp4MatvecParams::kInputNormMaxIn && !(blas_ && rows >= gemmMinRows_);
         if (!foldNorm) GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
-        // What this launch writes: one copy unless the decode row's copies are made below.
-        noteCopies(y, 1);
-        for (const auto& e : extras) noteCopies(e.y, 1);
         if (blas_ && rows >= gemmMinRows_) {
             Timed timed(*this, stats, Bucket::Fp4Matvec);
             GEMMA_RETURN_IF_ERROR(gemmLinear(w, x, xStride, y, yStride, rows, up));
@@ -933,8 +925,6 @@ private:
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
         }
         if (foldNorm) p.inputNorm = takePendingNorm();
-        if (copies_ > 1 && rows == 1 && integerMatvec_) useCopies(p, x, xStride, extras.empty());
-        noteCopies(y, p.outputCopies);
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -1052,71 +1042,6 @@ private:
         p.programmaticLaunch = programmaticLaunch_;
         return kernelError(kc::launchRmsNormResidual(p, stream_), "rms norm");
     }
-    // Copies (OpenOptions::activationCopies) for a decode row's integer matvec: y in copies_
-    // copies when a later matvec stages it (branch_, ffn_; not with extras), and the staged
-    // vectors read from their copies when every one of them was written this way (the branch by
-    // the matvec before, the norm weights replicated at load); otherwise one copy, as before.
-    void useCopies(kc::Fp4MatvecParams& p, const float* x, std::int64_t xStride, bool noExtras) {
-        if (noExtras && (p.y == branch_.as<float>() || p.y == ffn_.as<float>())) {
-            p.outputCopies = copies_;
-            p.outputCopyStride = p.yStride;  // the rows after the decode row
-        }
-        auto& nm = p.inputNorm;
-        if (!nm.residualIn) {
-            if (copiesIn(x) != copies_) return;
-            p.inputCopyStride = xStride;
-        } else {
-            const float* branchWeight = nm.branchWeight ? replicatedNorm(nm.branchWeight) : nullptr;
-            const float* outWeight = nm.outWeight ? replicatedNorm(nm.outWeight) : nullptr;
-            if ((nm.branch && copiesIn(nm.branch) != copies_) || (nm.branchWeight && !branchWeight) || (nm.outWeight && !outWeight)) return;
-            nm.branchWeight = branchWeight;
-            nm.outWeight = outWeight;
-            p.inputCopyStride = config_.hiddenSize;  // branch_ rows and the replicated norms
-        }
-        p.inputCopies = copies_;
-    }
-    int copiesIn(const float* buffer) const {
-        for (const auto& [b, n] : copiesWritten_)
-            if (b == buffer) return n;
-        return 1;
-    }
-    void noteCopies(const float* buffer, int count) {
-        for (auto& [b, n] : copiesWritten_)
-            if (b == buffer) {
-                n = count;
-                return;
-            }
-        copiesWritten_.push_back({buffer, count});
-    }
-    const float* replicatedNorm(const float* weight) const {
-        for (const auto& [w, copies] : replicatedNorms_)
-            if (w == weight) return copies;
-        return nullptr;
-    }
-    // The hidden-size norm weights a folded norm reads, copies_ copies each, hidden size apart.
-    Status replicateNorms() {
-        replicatedNorms_.clear();
-        if (copies_ <= 1) return Status::ok();
-        const std::size_t H = static_cast<std::size_t>(config_.hiddenSize);
-        std::vector<const float*> norms;
-        auto add = [&](const float* n) {
-            if (n && std::find(norms.begin(), norms.end(), n) == norms.end()) norms.push_back(n);
-        };
-        for (const auto& d : layers_) {
-            for (const float* n : {d.inputNorm, d.postAttentionNorm, d.preFeedforwardNorm, d.postFeedforwardNorm, d.postPerLayerNorm}) add(n);
-        }
-        add(finalNorm_);
-        GEMMA_RETURN_IF_ERROR(normCopies_.allocate(norms.size() * static_cast<std::size_t>(copies_) * H * 4, "norm weight copies"));
-        float* out = normCopies_.as<float>();
-        for (const float* n : norms) {
-            for (int c = 0; c < copies_; ++c)
-                GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(out + c * H, n, H * 4, cudaMemcpyDeviceToDevice, stream_), "norm weight copies"));
-            replicatedNorms_.push_back({n, out});
-            out += static_cast<std::size_t>(copies_) * H;
-        }
-        return cudaError(cudaStreamSynchronize(stream_), "norm weight copies");
-    }
-
     // The deferred norm as its own kernel, in place on the residual stream.
     Status flushPendingNorm(StepStats* stats) {
         if (!pendingNorm_.active) return Status::ok();
@@ -1574,13 +1499,6 @@ private:
     bool persistentLmHead_ = false;
     bool clusterAttention_ = true;
     bool attentionPrefetch_ = true;
-    // Copies of the staged vectors (OpenOptions::activationCopies): the replicated norm weights
-    // (original pointer → copies_ copies, hidden-size stride) and how many copies the last matvec
-    // wrote into each output buffer (a consumer reads copies only where all were written).
-    int copies_ = 1;
-    DeviceBuffer normCopies_;
-    std::vector<std::pair<const float*, const float*>> replicatedNorms_;
-    std::vector<std::pair<const float*, int>> copiesWritten_;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
     int clusterLayers_ = 0;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and

@@ -308,10 +308,6 @@ struct MmaArgs {
     std::int64_t in;
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
-    int inputCopies;                  // Fp4MatvecParams::inputCopies and the strides
-    std::int64_t inputCopyStride;
-    int outputCopies;                 // segment 0's y
-    std::int64_t outputCopyStride;
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -742,7 +738,6 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
     float v = sum * postscale;
     if constexpr (GEGLU) v = geluTanh(v) * (upSum * postscale);
     S.y[row] = v;
-    for (int c = 1; c < args.outputCopies; ++c) S.y[row + c * args.outputCopyStride] = v;  // segment 0 only (the launcher)
 }
 
 // Persistent grid (at most the resident block count); block b takes tiles b, b + gridDim, ...
@@ -832,17 +827,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
-        // This block's copy of the staged vectors (inputCopies).
-        const std::int64_t copy = static_cast<std::int64_t>(blockIdx.x % args.inputCopies) * args.inputCopyStride;
-        if (!args.norm.residualIn) {
-            stageXInteger(args.x + copy, in, groups, intPlanes, intFactors);
-        } else {
-            Fp4MatvecParams::InputNorm nm = args.norm;
-            if (nm.branch) nm.branch += copy;
-            if (nm.branchWeight) nm.branchWeight += copy;
-            if (nm.outWeight) nm.outWeight += copy;
-            stageXIntegerNormed(nm, in, groups, intPlanes, intFactors, normScratch);
-        }
+        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
@@ -1033,10 +1019,6 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.in = p.in;
     args.x = p.x;
     args.norm = p.inputNorm;
-    args.inputCopies = p.inputCopies;
-    args.inputCopyStride = p.inputCopyStride;
-    args.outputCopies = p.outputCopies;
-    args.outputCopyStride = p.outputCopyStride;
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
@@ -1117,21 +1099,12 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
         if (!x.codes || !x.scales || !x.y || x.out < 1 || stride < x.out || !aligned16(x.codes))
             return KernelStatus::InvalidArgument;
     }
-    // Copies (Fp4MatvecParams::inputCopies): one row on the integer tensor-core path, strides that
-    // keep the copies apart, and output copies only without extras (segment 0's y alone has them).
-    const bool copies = p.inputCopies != 1 || p.outputCopies != 1;
-    if (p.inputCopies < 1 || p.inputCopies > Fp4MatvecParams::kMaxCopies || p.outputCopies < 1 ||
-        p.outputCopies > Fp4MatvecParams::kMaxCopies || (p.inputCopies > 1 && p.inputCopyStride < p.in) ||
-        (p.outputCopies > 1 && (p.outputCopyStride < p.out || p.extraCount > 0)) ||
-        (copies && (p.rows != 1 || p.forceCudaCores || p.fp16X || p.singleHalfX)))
-        return KernelStatus::InvalidArgument;
     if (formats::fp4RowBytes(p.in) / 16 > 0x7fffffff / 64) return KernelStatus::Unsupported;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.rows == 1 && !p.forceCudaCores) {
         const KernelStatus status = launchMma<GEGLU>(p, facts, stream);
         if (status != KernelStatus::Unsupported || normed) return status;
-        if (copies) return KernelStatus::InvalidArgument;  // the CUDA-core kernel reads and writes one copy
         // x does not fit in shared memory: the CUDA-core kernel reads it from global memory.
     }
     // The CUDA-core kernel, one launch per segment.

@@ -87,20 +87,6 @@ struct Fp4MatvecParams {
     };
     InputNorm inputNorm;
     static constexpr std::int64_t kInputNormMaxIn = 4096;
-    // Copies of the vectors every block stages (batch 1 on the integer tensor-core path only;
-    // refused elsewhere). Every block of a launch reads all of x, or of branch and the two norm
-    // weights, at the same moment: one line of a 15 KB vector is asked for by all 264 blocks,
-    // and that broadcast costs more than the read itself (tests/kernels/measure_hop.cu;
-    // docs/PERFORMANCE.md version 12). With inputCopies = R, x (when not normed) and
-    // inputNorm.branch, branchWeight and outWeight each hold R identical copies inputCopyStride
-    // floats apart (>= in), and block b stages from copy b % R; residualIn keeps one copy.
-    // outputCopies = R writes y R times, outputCopyStride floats apart (>= out): the producer of
-    // the next launch's copies (rows == 1, no extras).
-    int inputCopies = 1;
-    std::int64_t inputCopyStride = 0;
-    int outputCopies = 1;
-    std::int64_t outputCopyStride = 0;
-    static constexpr int kMaxCopies = 16;
     int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
 };

@@ -176,12 +176,6 @@ struct OpenOptions {
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
     // +1 % on the H200 (docs/PERFORMANCE.md version 12). false: the whole band after the wait.
     bool attentionPrefetch = true;
-    // CUDA, decode rows on the integer FP4 matvec: the vectors every block of a matvec stages (the
-    // GeGLU output down reads, the branch and norm weights of a folded norm) kept in this many
-    // identical copies, block b reading copy b % N, so that the launch's broadcast of one vector
-    // is spread over N times the cache lines (Fp4MatvecParams::inputCopies). 1: one copy.
-    int activationCopies = 1;
-    static constexpr int kMaxActivationCopies = 16;
     // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
