@@ -2,7 +2,8 @@
 # One command for the GPU machine: configure + build the CUDA kernels and their harnesses
 # (sm_90, Release, standalone project tests/kernels), run every harness, run compute-sanitizer
 # memcheck / initcheck / racecheck over every harness (GEMMA_HARNESS_QUICK=1: small fixtures),
-# dump SASS facts, and print a summary table last. Logs go to $OUT (at most 8 files).
+# dump SASS facts, time one kernel boundary (measure_hop), and print a summary table last. Logs go
+# to $OUT (at most 8 files).
 #
 #   OUT=/tmp/out scripts/gpu_kernels.sh            # default OUT: /tmp/kernels-gpu-out
 #   GEMMA_SEED=123 scripts/gpu_kernels.sh           # replay a seed
@@ -59,6 +60,9 @@ for h in $HARNESSES; do
   RUN_SUM[$h]=$(grep -E "^SUMMARY" "$RUNLOG" | tail -1 | sed 's/^SUMMARY //')
   echo "rc=${RUN_RC[$h]} ${RUN_SUM[$h]}"
 done
+# The cost of one programmatic kernel boundary and of the x hand-off (tests/kernels/measure_hop.cu,
+# docs/PERFORMANCE.md version 12), for the timing section below.
+timeout 60 "$BUILD/measure_hop" > "$OUT/hop.txt" 2>&1
 echo "harnesses done at $(( $(date +%s) - start )) s"
 
 echo "== compute-sanitizer (GEMMA_HARNESS_QUICK=1, in parallel)"
@@ -93,6 +97,7 @@ echo "sanitizers done at $(( $(date +%s) - start )) s"
   grep -E "FAIL|error" "$RUNLOG" | grep -v "^SUMMARY" | head -40
   echo "== bandwidth / timing (information only)"
   grep -E "GB/s" "$RUNLOG"
+  cat "$OUT/hop.txt" 2>/dev/null
   echo
   echo "== SUMMARY ($(date -u '+%Y-%m-%d %H:%M UTC'), sm_$ARCH, $(( $(date +%s) - start )) s)"
   printf "%-18s %-6s %-10s %-10s %-10s  %s\n" harness run memcheck initcheck racecheck "harness result"
