@@ -141,10 +141,8 @@ public:
     template <typename T>
     void upload(DeviceBuffer<T>& input, const std::vector<T>& host) {
         if (!programmatic_) return input.upload(host);
-        DeviceBuffer<std::uint8_t> staging(host.size() * sizeof(T));
-        HCHECK(cudaMemcpy(staging.ptr, host.data(), staging.bytes(), cudaMemcpyHostToDevice));
         input.poison();
-        copies_.push_back({std::move(staging), reinterpret_cast<std::uint8_t*>(input.ptr)});
+        stage(reinterpret_cast<std::uint8_t*>(input.ptr), host.data(), host.size() * sizeof(T));
     }
     // Like upload(), for a byte range inside a larger buffer (the rest of it is left as it is).
     void uploadBytes(std::uint8_t* dst, const std::vector<std::uint8_t>& host) {
@@ -152,10 +150,8 @@ public:
             HCHECK(cudaMemcpy(dst, host.data(), host.size(), cudaMemcpyHostToDevice));
             return;
         }
-        DeviceBuffer<std::uint8_t> staging(host.size());
-        HCHECK(cudaMemcpy(staging.ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
         HCHECK(cudaMemset(dst, 0xFF, host.size()));
-        copies_.push_back({std::move(staging), dst});
+        stage(dst, host.data(), host.size());
     }
     void produce() {
         if (!programmatic_) return;
@@ -167,6 +163,12 @@ public:
     }
 
 private:
+    // The host bytes into a staging buffer that produce() copies into dst.
+    void stage(std::uint8_t* dst, const void* host, std::size_t bytes) {
+        DeviceBuffer<std::uint8_t> staging(bytes);
+        HCHECK(cudaMemcpy(staging.ptr, host, bytes, cudaMemcpyHostToDevice));
+        copies_.push_back({std::move(staging), dst});
+    }
     struct Copy {
         DeviceBuffer<std::uint8_t> staging;
         std::uint8_t* dst;

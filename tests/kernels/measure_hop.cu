@@ -25,6 +25,7 @@
 namespace {
 
 using gemma::cuda::allowDependentsToStart;
+using gemma::cuda::blockSum;
 using gemma::cuda::gridDependencyWait;
 
 constexpr int kLaunches = 256;
@@ -32,17 +33,6 @@ constexpr int kReplays = 20;
 constexpr int kLoads = 16;  // float4 per thread at most: 15360 floats over 256 threads
 
 enum class Form { Empty, Stage, StageNorm };
-
-__device__ float blockSum512(float v, float* scratch) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float t = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    __syncthreads();
-    return t;
-}
 
 // x: the previous launch's output; y: this launch's (each block writes its slice), n floats.
 template <Form F>
@@ -69,8 +59,9 @@ __global__ void hopKernel(const float* __restrict__ x, float* __restrict__ y, in
         for (int k = 0; k < kLoads; ++k) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
         float scale = 1.0f;
         if constexpr (F == Form::StageNorm) {
-            scale = rsqrtf(blockSum512(ss, scratch) / n + 1e-6f);
-            scale *= rsqrtf(blockSum512(ss * scale, scratch) / n + 1e-6f);
+            // The reduction the matvec's folded norm runs (CudaCommon.h), twice.
+            scale = rsqrtf(blockSum(ss, scratch) / n + 1e-6f);
+            scale *= rsqrtf(blockSum(ss * scale, scratch) / n + 1e-6f);
         }
 #pragma unroll
         for (int k = 0; k < kLoads; ++k) {
