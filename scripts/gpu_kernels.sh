@@ -9,6 +9,7 @@
 #   GEMMA_SEED=123 scripts/gpu_kernels.sh           # replay a seed
 #   GPU_KERNELS_ARCH=89 scripts/gpu_kernels.sh      # another architecture
 #   GPU_KERNELS_QUICK_RUN=1 scripts/gpu_kernels.sh  # small fixtures in the main runs too (no timing)
+#   GPU_KERNELS_HARNESSES="test_fp4_matvec" scripts/gpu_kernels.sh  # only these harnesses (one kernel changed)
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/kernels-gpu-out}
@@ -17,7 +18,7 @@ ARCH=${GPU_KERNELS_ARCH:-90}
 SAN_TIMEOUT=${GPU_KERNELS_SAN_TIMEOUT:-300}  # racecheck of test_attention ran past 240 s in version 11
 RUN_TIMEOUT=${GPU_KERNELS_RUN_TIMEOUT:-300}
 mkdir -p "$OUT"
-HARNESSES="test_fp4_matvec test_fp8_lmhead test_rmsnorm test_qkv_rope test_attention test_attention_prefill test_fp4_dequantize test_topk"
+HARNESSES=${GPU_KERNELS_HARNESSES:-"test_fp4_matvec test_fp8_lmhead test_rmsnorm test_qkv_rope test_attention test_attention_prefill test_fp4_dequantize test_topk"}
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 start=$(date +%s)
