@@ -6,8 +6,7 @@
 #                      defaults against x as fp16 in the matvecs); an empty set = the defaults
 #   GEMMA_AB_ARGS      flags for every run (default: --skip depth,prefill --allocations 4096)
 #   GEMMA_AB_ROUNDS    rounds over the variants (default 2; 0 = parity only)
-#   GEMMA_PARITY_REPEAT  runs of the parity tests (gtest repeat, default 1): an intermittent
-#                      failure (docs/PERFORMANCE.md version 13) needs several
+#   GEMMA_PARITY_REPEAT  runs of the parity tests (scripts/gpu_parity.sh; default 1)
 # Output: $OUT/ab.txt: the parity summary and per-model figures, then per run the bench markdown.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +17,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF 
   > "$out/build.log" 2>&1 && cmake --build "$build" -j 16 --target gemma-bench gpu_parity_tests >> "$out/build.log" 2>&1 \
   || { tail -40 "$out/build.log"; exit 1; }
 rm -f "$out/build.log"
-"$build/tests/gpu_parity_tests" --gtest_repeat="${GEMMA_PARITY_REPEAT:-1}" > "$out/gpu_parity.log" 2>&1
-echo "gpu parity: exit $? ($(grep -cE '^\[       OK \]' "$out/gpu_parity.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu_parity.log") failed)" | tee "$out/ab.txt"
+bash scripts/gpu_parity.sh "$build" "$out" | tee "$out/ab.txt"
 grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"  # the per-model figures
 grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
 bash scripts/bench_ab.sh "$build/app/cli/gemma-bench" "${GEMMA_AB_ROUNDS:-2}" "${GEMMA_AB_VARIANTS:-;--fp16-matvec}" \

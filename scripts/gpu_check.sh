@@ -5,8 +5,7 @@
 # Logs and JSON go to $OUT (at most 8 files come back); a summary table is printed last.
 #   GEMMA_BENCH=1        also run gemma-bench --preset ${GEMMA_BENCH_PRESET:-12b}
 #   GEMMA_KERNELS=1      also run scripts/gpu_kernels.sh (harnesses + sanitizers over them)
-#   GEMMA_PARITY_REPEAT=N  run the model-level parity tests N times (gtest repeat; a failure that
-#                        shows only sometimes, docs/PERFORMANCE.md version 13)
+#   GEMMA_PARITY_REPEAT=N  run the model-level parity tests N times (scripts/gpu_parity.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gemma-out}
@@ -25,9 +24,7 @@ note "build: ok"
 # GEMMA_CTEST_ARGS: e.g. -E "^kernels\." when scripts/gpu_kernels.sh runs the harnesses anyway.
 (cd "$build" && ctest --output-on-failure -j 8 --timeout 900 ${GEMMA_CTEST_ARGS:-}) > "$out/ctest.log" 2>&1
 note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
-grep -E "^\[ (golden|gpu|flip) " "$out/ctest.log" > /dev/null 2>&1
-"$build/tests/gpu_parity_tests" --gtest_repeat="${GEMMA_PARITY_REPEAT:-1}" > "$out/gpu_parity.log" 2>&1
-note "gpu parity: exit $? ($(grep -cE '^\[       OK \]' "$out/gpu_parity.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu_parity.log") failed lines)"
+note "$(bash scripts/gpu_parity.sh "$build" "$out")"
 
 # End-to-end decode on the GPU from a package made by gemma-quantize, then under the sanitizers.
 pkg=/tmp/e2e.gemma

@@ -29,6 +29,5 @@ wait || { tail -20 "$out/kbuild.log"; exit 1; }
     --json "$out/bench.json" --markdown "$out/bench.md" > "$out/bench.log" 2>&1
   echo "gemma-bench: exit $?"
   grep -E "^GPU|\| 12b|Buckets|^\| [a-z_]+ \| [0-9]" "$out/bench.md" | cut -c1-200
-  timeout 120 "$build/tests/gpu_parity_tests" > "$out/gpu_parity.log" 2>&1
-  echo "gpu parity: exit $? ($(grep -cE '^\[       OK \]' "$out/gpu_parity.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu_parity.log") failed lines)"
+  bash scripts/gpu_parity.sh "$build" "$out" 120
 } | tee "$out/quick.txt"
