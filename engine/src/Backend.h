@@ -24,7 +24,9 @@ inline constexpr int kPrefillChunk = 32;
 // Prefill rows per pass of the CUDA backend's GEMM path (cuBLASLt): long enough that the per-layer
 // FP4 → FP16 dequantization (~12 ms for all of `12b` on an H200) is amortized over many rows; the
 // sliding rings grow by as many slots (Backend.h kvCacheSlots).
-inline constexpr int kGemmPrefillChunk = 1024;
+inline constexpr int kGemmPrefillChunk = 2048;     // OpenOptions::gemmPrefillChunk's default
+inline constexpr int kMaxGemmPrefillChunk = 8192;
+inline constexpr int kMinGemmPrefillChunk = 256;  // the shortest a chunk is cut to when memory is short
 
 // KV slots a layer's cache holds for an allocation, with prefill chunks of `chunk` rows.
 inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation, int chunk = kPrefillChunk) {

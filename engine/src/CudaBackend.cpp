@@ -157,13 +157,13 @@ struct DeviceLinear {
     // GEMM prefill: the power of two the FP16 copy of this weight is scaled by
     // (formats::fp16WeightMultiplier of its largest group scale).
     float fp16Multiplier = 1.0f;
+    // GEMM prefill: x enters as FP16 hi + lo (two GEMMs) instead of one FP16 (OpenOptions::prefillInput).
+    bool splitInput = true;
 };
 
 // x·2^-8 in FP16 hi + lo for the prefill GEMMs: |x| up to 1.6e7 stays finite (the Fp4Matvec
 // tensor-core path makes the same choice).
 constexpr float kGemmInputMultiplier = 1.0f / 256.0f;
-// x as FP16 hi + lo (two GEMMs) instead of one FP16 (see gemmLinear).
-constexpr bool kGemmSplitInput = true;
 
 struct DeviceLayer {
     DeviceLinear q, k, v, o, gate, up, down, perLayerGate, perLayerProjection;
@@ -186,7 +186,9 @@ public:
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
-          attentionPrefetch_(options.attentionPrefetch),
+          attentionPrefetch_(options.attentionPrefetch), earlyLmHeadCodes_(options.earlyLmHeadCodes),
+          matvecL2PrefetchItems_(options.matvecL2PrefetchItems), gemmPrefillChunk_(options.gemmPrefillChunk),
+          prefillInput_(options.prefillInput),
           timelineWanted_(options.kernelTimeline) {}
 
     ~CudaBackend() override {
@@ -234,14 +236,26 @@ public:
         } else {
             prefillStatus_ = "matvec prefill";
         }
-        chunkRows_ = blas_ ? kGemmPrefillChunk : kChunk;
+        chunkRows_ = blas_ ? gemmPrefillChunk_ : kChunk;
 
         // Memory check before any large allocation: a clear message instead of a failed malloc.
         std::size_t freeBytes = 0, totalBytes = 0;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo"));
         const auto data = package_.dataSection();
-        const std::size_t need = data.size() + kvBytes(allocation) + workspaceEstimate();
-        if (need + (256u << 20) > freeBytes) {
+        constexpr std::size_t kHeadroom = 256u << 20;
+        // The GEMM prefill's sliding rings and workspaces grow with its chunk: where the asked chunk
+        // does not fit, shorter ones (halved down to kMinGemmPrefillChunk) before giving up.
+        auto needed = [&] { return data.size() + kvBytes(allocation) + workspaceEstimate(); };
+        while (blas_ && chunkRows_ > kMinGemmPrefillChunk && needed() + kHeadroom > freeBytes)
+            chunkRows_ = std::max(kMinGemmPrefillChunk, chunkRows_ / 2);
+        if (blas_) {
+            prefillStatus_ += ", chunks of " + std::to_string(chunkRows_) +
+                              (prefillInput_ == PrefillInput::Split       ? std::string{}
+                               : prefillInput_ == PrefillInput::SplitDown ? ", x as one FP16 except in down"
+                                                                          : ", x as one FP16");
+        }
+        const std::size_t need = needed();
+        if (need + kHeadroom > freeBytes) {
             return {ErrorCode::OutOfMemory, "the model needs " + std::to_string(need >> 20) + " MiB of GPU memory (weights " +
                                                 std::to_string(data.size() >> 20) + " MiB, KV cache " +
                                                 std::to_string(kvBytes(allocation) >> 20) + " MiB) but " + deviceName_ +
@@ -267,6 +281,8 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
+               (earlyLmHeadCodes_ ? ", lm_head codes before the wait" : "") +
+               (matvecL2PrefetchItems_ > 0 ? ", matvec L2 prefetch " + std::to_string(matvecL2PrefetchItems_) + " items" : std::string{}) +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "")
                                    : std::string{}) +
@@ -721,6 +737,10 @@ private:
             d.down = device(w.down);
             d.perLayerGate = device(w.perLayerGate);
             d.perLayerProjection = device(w.perLayerProjection);
+            // GEMM prefill: which linears take x as FP16 hi + lo (OpenOptions::prefillInput).
+            for (DeviceLinear* linear : {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.perLayerGate, &d.perLayerProjection})
+                linear->splitInput = prefillInput_ == PrefillInput::Split;
+            d.down.splitInput = prefillInput_ != PrefillInput::Single;
             d.inputNorm = device(w.inputNorm);
             d.postAttentionNorm = device(w.postAttentionNorm);
             d.preFeedforwardNorm = device(w.preFeedforwardNorm);
@@ -732,6 +752,7 @@ private:
             d.inverseFrequency = frequencyTable_.as<float>() + offsets[l];
         }
         perLayerModelProjection_ = device(weights_.perLayerModelProjection);
+        perLayerModelProjection_.splitInput = prefillInput_ == PrefillInput::Split;
         perLayerProjectionNorm_ = device(weights_.perLayerProjectionNorm);
         finalNorm_ = device(weights_.finalNorm);
     }
@@ -768,7 +789,7 @@ private:
             maxIn = paddedIn(std::max<std::int64_t>(maxIn, weights_.perLayerModelProjection.in));
             GEMMA_RETURN_IF_ERROR(gemmWeight_.allocateZeroed(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
             GEMMA_RETURN_IF_ERROR(gemmInputHi_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
-            if (kGemmSplitInput) GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
+            if (prefillInput_ != PrefillInput::Single) GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
             GEMMA_RETURN_IF_ERROR(gateUp_.allocateZeroed(R * 2u * static_cast<std::size_t>(ffn) * 4, "GEMM prefill workspace"));
         }
         GEMMA_RETURN_IF_ERROR(tokens_.allocateZeroed(R * 4, "workspace"));
@@ -920,6 +941,7 @@ private:
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
         p.tiled = w.tiled;
+        p.l2PrefetchItems = matvecL2PrefetchItems_;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -934,9 +956,10 @@ private:
     // W·m (m = the weight's power-of-two multiplier), then y = (hi·Wᵀ + lo·Wᵀ)·2^8/m in fp32 (two
     // cuBLASLt calls, the second accumulating). FP16 holds every E2M1 × bf16-scale product exactly
     // (BF16 would round it: 2–10 % logit error on the golden models, measured); hi + lo carries x
-    // to ~2^-22. With x as one FP16 (kGemmSplitInput = false: one GEMM, pp2048 9.2k → 15.3k tok/s
-    // on the H200) the worst golden model moved from 1.3 % to 2.03 % of max|logit|, past issue 3's
-    // 2 %, so the split stays (docs/KERNELS.md). With `up`: gate and up are dequantized into one [2F][in] weight with a
+    // to ~2^-22. With x as one FP16 (DeviceLinear::splitInput false, OpenOptions::prefillInput:
+    // one GEMM; everywhere, pp2048 9.2k → 15.3k tok/s on the H200) the worst golden model moved
+    // from 1.3 % to 2.03 % of max|logit|, past issue 3's 2 %, so the split is the default
+    // (docs/KERNELS.md, docs/PERFORMANCE.md version 14). With `up`: gate and up are dequantized into one [2F][in] weight with a
     // shared multiplier, one GEMM gives [rows][2F], and the GeGLU is applied elementwise into y.
     // convertInput = false reuses the converted x of the previous call (k and v after q).
     Status gemmLinear(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows,
@@ -951,7 +974,7 @@ private:
             convert.rows = rows;
             convert.cols = w.in;
             convert.hi = hi;
-            convert.lo = kGemmSplitInput ? lo : nullptr;
+            convert.lo = w.splitInput ? lo : nullptr;
             convert.outStride = ld;
             convert.fp16 = true;
             convert.multiplier = kGemmInputMultiplier;
@@ -977,14 +1000,14 @@ private:
         GEMMA_RETURN_IF_ERROR(dequantize(w, weight));
         if (!up) {
             GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, w.out, w.in, hi, ld, weight, ld, y, yStride, alpha, false, stream_));
-            if (!kGemmSplitInput) return Status::ok();
+            if (!w.splitInput) return Status::ok();
             return blas_->gemm(Operands::Fp16, rows, w.out, w.in, lo, ld, weight, ld, y, yStride, alpha, true, stream_);
         }
         GEMMA_RETURN_IF_ERROR(dequantize(*up, weight + w.out * ld));
         float* gateUp = gateUp_.as<float>();
         const std::int64_t width = 2 * w.out;
         GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, hi, ld, weight, ld, gateUp, width, alpha, false, stream_));
-        if (kGemmSplitInput)
+        if (w.splitInput)
             GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, lo, ld, weight, ld, gateUp, width, alpha, true, stream_));
         kc::GegluElementwiseParams g;
         g.gateUp = gateUp;
@@ -1303,6 +1326,7 @@ private:
         p.softcap = c.finalLogitSoftcap;
         p.programmaticLaunch = programmaticLaunch_;
         p.persistent = persistentLmHead_;
+        p.earlyCodes = earlyLmHeadCodes_;
         return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
     }
 
@@ -1499,6 +1523,10 @@ private:
     bool persistentLmHead_ = false;
     bool clusterAttention_ = true;
     bool attentionPrefetch_ = true;
+    bool earlyLmHeadCodes_ = false;
+    int matvecL2PrefetchItems_ = 0;
+    int gemmPrefillChunk_ = kGemmPrefillChunk;
+    PrefillInput prefillInput_ = PrefillInput::SplitDown;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
     int clusterLayers_ = 0;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and

@@ -108,6 +108,10 @@ public:
         if (options.contextAllocation <= 0 || options.contextAllocation > (1 << 20)) {
             return {ErrorCode::InvalidArgument, "the context allocation must be between 1 and 1048576 positions"};
         }
+        if (options.gemmPrefillChunk < kPrefillChunk || options.gemmPrefillChunk > kMaxGemmPrefillChunk) {
+            return {ErrorCode::InvalidArgument, "the GEMM prefill chunk must be between " + std::to_string(kPrefillChunk) + " and " +
+                                                    std::to_string(kMaxGemmPrefillChunk) + " positions"};
+        }
         auto package = Package::open(path);
         if (!package) return package.status();
         package_ = std::make_unique<Package>(std::move(package.value()));
@@ -449,7 +453,7 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
     for (const auto& g : c.layers) {
         if (g.kvShared) continue;
         // A GPU may prefill in GEMM chunks, whose sliding rings are longer (Backend.h).
-        const int chunk = options.device != Device::Cpu && options.prefillGemmMinRows > 0 ? kGemmPrefillChunk : kPrefillChunk;
+        const int chunk = options.device != Device::Cpu && options.prefillGemmMinRows > 0 ? options.gemmPrefillChunk : kPrefillChunk;
         const std::int64_t slots = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, options.contextAllocation, chunk);
         estimate.kvCacheBytes += 2 * slots * g.kvHeads * g.headDim * 4;
     }
@@ -458,8 +462,8 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
     const std::int64_t ffn = c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1);
     estimate.workspaceBytes = kPrefillChunk * (c.vocabSize + 8LL * c.hiddenSize + 4LL * ffn) * 4;
     if (options.device != Device::Cpu && options.prefillGemmMinRows > 0) {
-        estimate.workspaceBytes += static_cast<std::int64_t>(kGemmPrefillChunk) * (8LL * c.hiddenSize + 4LL * ffn) * 4 +
-                                   static_cast<std::int64_t>(kGemmPrefillChunk) * ffn * 2 * 2 + 2LL * ffn * c.hiddenSize * 2;
+        const std::int64_t chunk = options.gemmPrefillChunk;
+        estimate.workspaceBytes += chunk * (8LL * c.hiddenSize + 4LL * ffn) * 4 + chunk * ffn * 2 * 2 + 2LL * ffn * c.hiddenSize * 2;
     }
     return estimate;
 }

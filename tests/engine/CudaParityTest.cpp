@@ -33,10 +33,12 @@ struct Generation {
 
 Generation generate(const fs::path& package, gemma::Device device, const std::vector<std::int32_t>& prompt, int count,
                     gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16, int prefillGemmMinRows = 16,
-                    bool programmaticLaunch = gemma::OpenOptions{}.programmaticLaunch, bool fusedAttention = true) {
+                    bool programmaticLaunch = gemma::OpenOptions{}.programmaticLaunch, bool fusedAttention = true,
+                    gemma::PrefillInput prefillInput = gemma::OpenOptions{}.prefillInput) {
     Generation run;
     gemma::OpenOptions options{device, 512, kvCache};
     options.prefillGemmMinRows = prefillGemmMinRows;
+    options.prefillInput = prefillInput;
     options.programmaticLaunch = programmaticLaunch;
     options.fusedAttention = fusedAttention;
     auto engine = gemma::Engine::open(package, options);
@@ -154,6 +156,12 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // over dequantized weights, flash attention), the rest the matvecs; a second run prefills with
     // matvecs only.
     compare(exact, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs cpu", 2e-2);
+    // The GEMM prefill's default (OpenOptions::prefillInput) takes x as one FP16 except in the
+    // down projections; x as FP16 hi + lo in every linear (the most exact form) under the same
+    // budget. (x as one FP16 everywhere measured 2.03 % on 12b_like: docs/PERFORMANCE.md v14.)
+    const Generation split = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                                      gemma::OpenOptions{}.programmaticLaunch, true, gemma::PrefillInput::Split);
+    compare(split, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(prefill x split) vs cpu", 2e-2);
     // The device-side greedy chain, alone and between timed steps, picks what the host argmax
     // picked over the same kernels' copied logits.
     for (int every : {0, 5}) {

@@ -236,6 +236,13 @@ TEST_F(PackageFixture, ImpossibleRequestsLeaveTheEngineUsable) {
     EXPECT_EQ(stats->generatedTokens, 3);
     EXPECT_EQ(gemma::Engine::open(package(), gemma::OpenOptions{gemma::Device::Cpu, 0}).status().code(),
               ErrorCode::InvalidArgument);
+    // A GEMM prefill chunk outside 32 .. 8192 positions is refused by name, whatever the device.
+    for (int chunk : {0, 31, 8193}) {
+        gemma::OpenOptions options{gemma::Device::Cpu, 16};
+        options.gemmPrefillChunk = chunk;
+        auto engine = gemma::Engine::open(package(), options);
+        EXPECT_ERROR((Outcome{engine.status().code(), engine.status().message()}), ErrorCode::InvalidArgument, "GEMM prefill chunk");
+    }
 }
 
 // ---- Hugging Face checkpoints ------------------------------------------------------------------

@@ -122,6 +122,11 @@ struct ModelInfo {
 // 2e-2 parity budget (docs/KERNELS.md). The CPU backend always uses f32.
 enum class KvCacheType { F32, Bf16 };
 
+// How the CUDA GEMM prefill feeds x (fp32) to its FP16 GEMMs: Split, x as FP16 hi + lo (two
+// GEMMs per linear, x to ~2^-22); SplitDown, only the down projections split, every other linear
+// takes x as one FP16 (~2^-12 relative, half the GEMM work there); Single, every linear one FP16.
+enum class PrefillInput { Split, SplitDown, Single };
+
 struct OpenOptions {
     Device device = Device::Auto;
     int contextAllocation = 4096;  // KV slots of full-attention layers
@@ -129,10 +134,20 @@ struct OpenOptions {
     // Replay uninstrumented single-token decode steps as one CUDA graph, self-checked against direct
     // launches on first use (a mismatch turns it off and says why in the backend name).
     bool cudaGraph = true;
-    // CUDA prefill: chunks of at least this many positions run as cuBLASLt BF16 GEMMs over weights
+    // CUDA prefill: chunks of at least this many positions run as cuBLASLt FP16 GEMMs over weights
     // dequantized per layer (when cuBLASLt loads); shorter ones, and every decode step, run the FP4
     // matvec kernels. 0 = never use the GEMMs.
     int prefillGemmMinRows = 16;
+    // CUDA GEMM prefill: positions per chunk (each chunk dequantizes every weight once, so longer
+    // chunks dequantize less often; the sliding layers' KV rings and the prefill workspaces grow
+    // with it). Between 32 and 8192; where the GPU's free memory does not hold the asked chunk's
+    // rings and workspaces, the backend halves it (not below 256) before refusing. 2048: pp2048 on
+    // the H200 +7 % over 1024 (docs/PERFORMANCE.md version 14).
+    int gemmPrefillChunk = 2048;
+    // CUDA GEMM prefill: SplitDown by default, half the GEMM work of Split outside the down
+    // projections for a worst golden-model logit error of 1.8 % instead of 1.3 % (budget 2 %;
+    // docs/PERFORMANCE.md version 14). Split for the most exact prefill.
+    PrefillInput prefillInput = PrefillInput::SplitDown;
     // CUDA: launch the decode step's kernels (FP4 matvecs, norms, q/k/v + RoPE, attention,
     // embedding gathers, PLE, lm_head) with programmatic dependent launch, so each one's launch and
     // prologue overlap the kernel before it (the matvecs also prefetch their weights). Applied on
@@ -180,6 +195,14 @@ struct OpenOptions {
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
     bool persistentLmHead = false;
+    // CUDA: the one-shot lm_head's warps request their first codes before waiting for the final
+    // norm (Fp8LmHeadParams::earlyCodes; the same logits). An experiment (docs/PERFORMANCE.md
+    // version 14).
+    bool earlyLmHeadCodes = false;
+    // CUDA: every tiled batch-1 FP4 matvec block asks L2 for this many more of its 1 KB weight
+    // items before it waits for the previous kernel (Fp4MatvecParams::l2PrefetchItems; the same
+    // results). 0 = none. An experiment (docs/PERFORMANCE.md version 14).
+    int matvecL2PrefetchItems = 0;
     // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
     // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
     // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
