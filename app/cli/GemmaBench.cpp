@@ -165,8 +165,6 @@ int main(int argc, char** argv) {
          {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
          {"prefill-chunk", true, "positions per GEMM prefill chunk (default 2048; 32 to 8192): every chunk dequantizes the weights once", "N"},
          {"prefill-input", true, "how the GEMM prefill feeds x to its FP16 GEMMs: split (hi + lo everywhere), split-down (the default: only the down projections split) or single", "FORM"},
-         {"early-lm-head-codes", false, "the one-shot lm_head's warps request their first codes before waiting for the final norm (same logits; an experiment)"},
-         {"matvec-l2-prefetch", true, "each FP4 matvec block asks L2 for N more of its 1 KB weight items before waiting for the previous kernel (default 0: none; same results; an experiment)", "N"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;
@@ -244,13 +242,6 @@ int main(int argc, char** argv) {
     options.clusterAttention = !cli.has("split-attention");
     options.attentionPrefetch = !cli.has("no-attention-prefetch");
     options.persistentLmHead = cli.has("persistent-lm-head");
-    options.earlyLmHeadCodes = cli.has("early-lm-head-codes");
-    std::int64_t l2PrefetchItems = 0;
-    if (!cli.getInt("matvec-l2-prefetch", 0, 4096, l2PrefetchItems)) {
-        std::cerr << "gemma-bench: " << cli.error() << "\n";
-        return 1;
-    }
-    options.matvecL2PrefetchItems = static_cast<int>(l2PrefetchItems);
     std::int64_t prefillChunk = options.gemmPrefillChunk;
     if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {
         std::cerr << "gemma-bench: " << cli.error() << "\n";

@@ -186,8 +186,7 @@ public:
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
-          attentionPrefetch_(options.attentionPrefetch), earlyLmHeadCodes_(options.earlyLmHeadCodes),
-          matvecL2PrefetchItems_(options.matvecL2PrefetchItems), gemmPrefillChunk_(options.gemmPrefillChunk),
+          attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput),
           timelineWanted_(options.kernelTimeline) {}
 
@@ -281,8 +280,6 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
-               (earlyLmHeadCodes_ ? ", lm_head codes before the wait" : "") +
-               (matvecL2PrefetchItems_ > 0 ? ", matvec L2 prefetch " + std::to_string(matvecL2PrefetchItems_) + " items" : std::string{}) +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "")
                                    : std::string{}) +
@@ -941,7 +938,6 @@ private:
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
         p.tiled = w.tiled;
-        p.l2PrefetchItems = matvecL2PrefetchItems_;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -1326,7 +1322,6 @@ private:
         p.softcap = c.finalLogitSoftcap;
         p.programmaticLaunch = programmaticLaunch_;
         p.persistent = persistentLmHead_;
-        p.earlyCodes = earlyLmHeadCodes_;
         return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
     }
 
@@ -1523,8 +1518,6 @@ private:
     bool persistentLmHead_ = false;
     bool clusterAttention_ = true;
     bool attentionPrefetch_ = true;
-    bool earlyLmHeadCodes_ = false;
-    int matvecL2PrefetchItems_ = 0;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)

@@ -58,7 +58,6 @@
 #include "Fp4Matvec.h"
 
 #include <kernels/Fp4Decode.h>
-#include <kernels/Fp4Tiled.h>
 #include <kernels/WeightFormats.h>
 
 #include "CudaCommon.h"
@@ -309,7 +308,6 @@ struct MmaArgs {
     std::int64_t in;
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
-    int l2PrefetchItems;              // Fp4MatvecParams::l2PrefetchItems (tiled kernels only)
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -712,48 +710,6 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
     return t;
 }
 
-// L2 prefetch hints (sm_90+; no-ops elsewhere): `bytes` from `p` (16-byte aligned, a multiple of
-// 16) by the bulk-copy unit, or the 128-byte line holding `p`.
-__device__ __forceinline__ void prefetchBulkL2(const void* p, std::uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-__device__ __forceinline__ void prefetchLineL2(const void* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-#endif
-}
-
-// Tiled layout: asks L2 for the items [first, first + count) of this block's stream (its tiles
-// blockIdx.x, blockIdx.x + gridDim.x, ... in order, each tile's groups in order; the warps consume
-// it about in that order, warp w taking groups w, w + 8, ...), with their scale words and, with
-// GeGLU, the up weight's. One thread calls it: a tile's items are contiguous, so each tile touched
-// costs one bulk request per weight plus a line request per 128 bytes of scale words.
-template <bool GEGLU>
-__device__ void prefetchItemsL2(const MmaArgs& args, int tiles, int groups, int first, int count) {
-    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
-    const int end = min(first + count, myTiles * groups);
-    for (int f = first; f < end;) {
-        const int tile = static_cast<int>(blockIdx.x) + (f / groups) * static_cast<int>(gridDim.x);
-        const int group = f % groups;
-        const int n = min(end - f, groups - group);  // contiguous: the rest of this tile at most
-        const MmaSegment& S = args.segment[segmentOf(args, tile)];
-        const std::int64_t item = static_cast<std::int64_t>(tile - S.tileBegin) * groups + group;
-        const std::uint32_t codeBytes = static_cast<std::uint32_t>(n) * formats::fp4tiled::kItemBytes;
-        const std::uint32_t scaleBytes = static_cast<std::uint32_t>(n) * formats::fp4tiled::kItemScaleWords * 4;
-        const int weights = GEGLU ? 2 : 1;
-        for (int w = 0; w < weights; ++w) {
-            const std::uint8_t* codes = w == 0 ? S.codes : S.upCodes;
-            const auto* scales = reinterpret_cast<const std::uint8_t*>(w == 0 ? S.scales : S.upScales);
-            prefetchBulkL2(codes + item * formats::fp4tiled::kItemBytes, codeBytes);
-            const std::uint8_t* s0 = scales + item * formats::fp4tiled::kItemScaleWords * 4;
-            for (std::uint32_t b = 0; b < scaleBytes; b += 128) prefetchLineL2(s0 + b);
-        }
-        f += n;
-    }
-}
-
 // A warp's row sums of a tile (rows g and g+8, gate and up) into its slot of the partials.
 template <bool GEGLU>
 __device__ __forceinline__ void writeRowSums(float (*slot)[kMmaTileRows], int g, float rowA, float rowB, float upRowA, float upRowB) {
@@ -861,9 +817,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     for (int u = 0; u < D; ++u) {
         if (u < items) fetch(u);
     }
-    // Past the D items per warp now in flight (about the block's first 8·D), more into L2.
-    if constexpr (TILED)
-        if (args.l2PrefetchItems > 0 && threadIdx.x == 0) prefetchItemsL2<GEGLU>(args, tiles, groups, kMmaWarps * D, args.l2PrefetchItems);
     gridDependencyWait();
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
@@ -1066,7 +1019,6 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.in = p.in;
     args.x = p.x;
     args.norm = p.inputNorm;
-    args.l2PrefetchItems = p.l2PrefetchItems;
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
@@ -1134,7 +1086,6 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
         return KernelStatus::InvalidArgument;
     if (p.extraCount < 0 || p.extraCount > 2 || (GEGLU && p.extraCount > 0)) return KernelStatus::InvalidArgument;
-    if (p.l2PrefetchItems < 0) return KernelStatus::InvalidArgument;
     // The tiled layout: scale words 4-byte aligned; one group per item (no two-group items).
     if (p.tiled) {
         auto misaligned4 = [](const void* q) { return (reinterpret_cast<std::uintptr_t>(q) & 3u) != 0; };

@@ -65,12 +65,6 @@ struct Fp4MatvecParams {
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The
     // previous kernel must not need to finish before this one's launch for any other reason.
     bool programmaticLaunch = false;
-    // Tiled tensor-core path: before it waits for the previous kernel, each block asks L2 for
-    // this many more of its items (1 KB of codes each, GeGLU 2 KB, with their scales) past the
-    // ones its warps load into registers, so the first rounds after the wait read L2 instead of
-    // DRAM. A hint (cp.async.bulk.prefetch.L2, sm_90+; ignored elsewhere and on other paths): the
-    // results are the same bits with any count. 0 = none.
-    int l2PrefetchItems = 0;
     // The input norm folded into the matvec (batch 1 on the integer tensor-core path, the
     // default; refused elsewhere). With residualIn set, `x` is not read: every block computes x
     // from the residual stream as launchRmsNormResidual (RmsNorm.h) does with residual =

@@ -13,8 +13,7 @@
 //
 // Preconditions (checked): codes 16-byte aligned, H % 16 == 0, x 16-byte aligned, xStride % 4 == 0.
 // Programmatic launch (sm_90+, when asked): every thread waits for the previous kernel before it
-// reads x (the one-row kernel, and the one-shot kernel with earlyCodes, request their first codes
-// before that: they are never written).
+// reads x (the one-row kernel requests its first codes before that: they are never written).
 #include "Fp8LmHead.h"
 
 #include <algorithm>
@@ -53,18 +52,13 @@ template <int R, int NB>
 __global__ void __launch_bounds__(256, 2) fp8LmHeadKernel(
     const std::uint8_t* __restrict__ codes, const float* __restrict__ rowScales, std::int64_t vocab,
     std::int64_t hidden, const float* __restrict__ x, std::int64_t xStride,
-    float* __restrict__ logits, std::int64_t logitStride, float softcap, bool earlyCodes) {
-    // x comes from the final norm (PDL): every thread waits, idle warps too, before it reads x;
-    // with earlyCodes after requesting its first codes (weights no kernel writes), otherwise first.
-    if (!earlyCodes) gridDependencyWait();
+    float* __restrict__ logits, std::int64_t logitStride, float softcap) {
+    gridDependencyWait();  // every thread, idle warps too: x comes from the final norm (PDL)
     allowDependentsToStart();
     const int lane = threadIdx.x & 31;
     const std::int64_t row0 =
         (static_cast<std::int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
-    if (row0 >= vocab) {
-        if (earlyCodes) gridDependencyWait();
-        return;
-    }
+    if (row0 >= vocab) return;
     const int chunks = static_cast<int>(hidden / 16);
     const std::uint8_t* rowCodes[R];
 #pragma unroll
@@ -84,7 +78,6 @@ __global__ void __launch_bounds__(256, 2) fp8LmHeadKernel(
 #pragma unroll
         for (int r = 0; r < R; ++r) cur[r] = ldgStream16(rowCodes[r] + static_cast<std::int64_t>(c) * 16);
     }
-    if (earlyCodes) gridDependencyWait();
     for (; c < chunks; c += 32) {
         uint4 nxt[R];
         const int cn = c + 32;
@@ -232,7 +225,7 @@ cudaError_t launchNb(const Fp8LmHeadParams& p, const float* x, float* logits, cu
         const std::int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
         return launchKernel(fp8LmHeadKernel<kR, NB>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream,
                             p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden, x, p.xStride, logits,
-                            p.logitStride, p.softcap, p.earlyCodes);
+                            p.logitStride, p.softcap);
     }
 }
 

@@ -30,9 +30,6 @@ struct Fp8LmHeadParams {
     // slower inside the decode step (0.317 ms against 0.245 in its kernel timeline), so off by
     // default; docs/PERFORMANCE.md version 10.
     bool persistent = false;
-    // One-shot grid: each warp requests its first codes before it waits for the previous kernel
-    // (the same bits; an experiment, docs/PERFORMANCE.md version 14).
-    bool earlyCodes = false;
 };
 
 KernelStatus launchFp8LmHead(const Fp8LmHeadParams& params, cudaStream_t stream);

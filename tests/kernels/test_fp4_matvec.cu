@@ -336,19 +336,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " tiled layout bit-identical to the row layout",
                         sameBits(got, dy.download(), s.out), "");
-        // L2 prefetch requests are hints: the same bits with any count (past the end of the
-        // block's items too), launched programmatically as the engine does.
-        for (int items : {5, 64, 100000}) {
-            Fp4MatvecParams hinted = tiledParams;
-            hinted.l2PrefetchItems = items;
-            hinted.programmaticLaunch = true;
-            dy.poison();
-            HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(hinted, nullptr) : gemma::cuda::launchFp4Matvec(hinted, nullptr));
-            HCHECK(cudaDeviceSynchronize());
-            report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " L2 prefetch of " + std::to_string(items) +
-                                " items bit-identical",
-                            sameBits(got, dy.download(), s.out), "");
-        }
     };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
 
@@ -643,23 +630,6 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
                                 (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "") + (tiled ? " tiled" : "");
         report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
         if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
-    }
-    // Tiled: the L2 prefetch hints walk the three segments' tiles; the same bits with them.
-    if (tiled) {
-        std::vector<std::vector<float>> plain;
-        for (int k = 0; k < 3; ++k) plain.push_back(dys[k].download());
-        Fp4MatvecParams hinted = p;
-        hinted.l2PrefetchItems = 200;
-        hinted.programmaticLaunch = true;
-        for (auto& d : dys) d.poison();
-        HCHECK_STATUS(gemma::cuda::launchFp4Matvec(hinted, nullptr));
-        HCHECK(cudaDeviceSynchronize());
-        bool same = true;
-        for (int k = 0; k < 3; ++k) {
-            const std::vector<float> y = dys[k].download();
-            same &= std::memcmp(y.data(), plain[k].data(), y.size() * sizeof(float)) == 0;
-        }
-        report.addCheck("fused " + name + " tiled L2 prefetch bit-identical", same, "");
     }
 }
 
@@ -1054,10 +1024,6 @@ int main() {
         t.scales = reinterpret_cast<const std::uint16_t*>(scales.ptr) + 1;
         t.tiled = true;
         report.addCheck("launcher refuses misaligned tiled scales",
-                        gemma::cuda::launchFp4Matvec(t, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
-        t.scales = reinterpret_cast<const std::uint16_t*>(scales.ptr);
-        t.l2PrefetchItems = -1;
-        report.addCheck("launcher refuses a negative L2 prefetch count",
                         gemma::cuda::launchFp4Matvec(t, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
     }
     runShape({"odd.1001x2112", 1001, 2112, true}, 5, rng, report, lt, false, perf);

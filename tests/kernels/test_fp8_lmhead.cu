@@ -108,19 +108,6 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
         report.addCheck(producer.tag() + name + " persistent 8-row grid bit-identical",
                         again.size() == got.size() && std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0, "");
     }
-    // The one-shot grid with its first codes requested before the wait (Fp8LmHeadParams::
-    // earlyCodes): the same bits, behind the same producer (x written by the previous kernel).
-    {
-        gc::Fp8LmHeadParams q = p;
-        q.earlyCodes = true;
-        dl.poison();
-        producer.produce();
-        HCHECK_STATUS(gc::launchFp8LmHead(q, producer.stream()));
-        HCHECK(cudaDeviceSynchronize());
-        const std::vector<float> again = dl.download();
-        report.addCheck(producer.tag() + name + " codes before the wait bit-identical",
-                        again.size() == got.size() && std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0, "");
-    }
 
     if (timing && rows == 1) {
         const double bytes = static_cast<double>(t.codes.size()) + 4.0 * vocab;

@@ -195,14 +195,6 @@ struct OpenOptions {
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
     bool persistentLmHead = false;
-    // CUDA: the one-shot lm_head's warps request their first codes before waiting for the final
-    // norm (Fp8LmHeadParams::earlyCodes; the same logits). An experiment (docs/PERFORMANCE.md
-    // version 14).
-    bool earlyLmHeadCodes = false;
-    // CUDA: every tiled batch-1 FP4 matvec block asks L2 for this many more of its 1 KB weight
-    // items before it waits for the previous kernel (Fp4MatvecParams::l2PrefetchItems; the same
-    // results). 0 = none. An experiment (docs/PERFORMANCE.md version 14).
-    int matvecL2PrefetchItems = 0;
     // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
     // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
     // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
