@@ -164,6 +164,7 @@ int main(int argc, char** argv) {
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
          {"prefill-chunk", true, "positions per GEMM prefill chunk (default 2048; 32 to 8192): every chunk dequantizes the weights once", "N"},
+         {"no-dequantize-ahead", false, "GEMM prefill: dequantize each weight just before its GEMMs instead of the next one on a second stream during the current one's"},
          {"prefill-input", true, "how the GEMM prefill feeds x to its FP16 GEMMs: split (hi + lo everywhere), split-down (the default: only the down projections split) or single", "FORM"},
          {"host-sampling", false, "time plain decode with the logits copied and the argmax taken on the host every step instead of the device-side greedy chain"},
          {"work-dir", true, "where a preset's temporary package is written (default /dev/shm or /tmp)", "DIR"}});
@@ -248,6 +249,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     options.gemmPrefillChunk = static_cast<int>(prefillChunk);
+    options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");
     const std::string prefillInput = cli.value("prefill-input").value_or("split-down");
     if (prefillInput == "split") options.prefillInput = gemma::PrefillInput::Split;
     else if (prefillInput == "split-down") options.prefillInput = gemma::PrefillInput::SplitDown;

@@ -187,7 +187,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
-          prefillInput_(options.prefillInput),
+          prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
 
     ~CudaBackend() override {
@@ -195,6 +195,10 @@ public:
         for (auto& e : events_) cudaEventDestroy(e);
         for (auto& e : greedyEvents_)
             if (e) cudaEventDestroy(e);
+        for (auto& slot : weightSlots_)
+            for (cudaEvent_t e : {slot.ready, slot.free})
+                if (e) cudaEventDestroy(e);
+        if (dequantStream_) cudaStreamDestroy(dequantStream_);
         if (stream_) cudaStreamDestroy(stream_);
     }
 
@@ -623,7 +627,9 @@ private:
         const std::size_t rows = static_cast<std::size_t>(chunkRows_);
         std::size_t bytes = static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(config_.vocabSize) * 4 +
                             rows * 64u * static_cast<std::size_t>(config_.hiddenSize) * 4 + (64u << 20);
-        if (blas_) bytes += static_cast<std::size_t>(gemmWeightElements()) * 2 + rows * 3u * static_cast<std::size_t>(ffnWidthOf()) * 8;
+        if (blas_)
+            bytes += static_cast<std::size_t>(gemmWeightElements()) * 2 * (prefillDequantizeAhead_ ? 2 : 1) +
+                     rows * 3u * static_cast<std::size_t>(ffnWidthOf()) * 8;
         return bytes;
     }
     std::int64_t ffnWidthOf() const {
@@ -779,12 +785,21 @@ private:
         GEMMA_RETURN_IF_ERROR(ffn_.allocateZeroed(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(logits_.allocateZeroed(static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
         if (blas_) {
-            // GEMM prefill: one dequantized weight (gate|up together), the bf16 hi/lo input and the
-            // fp32 gate|up product.
+            // GEMM prefill: the FP16 weight slots (gate|up together; two with dequantization ahead),
+            // the fp16 hi/lo input and the fp32 gate|up product.
             std::int64_t maxIn = 0;
             for (const auto& w : weights_.layers) maxIn = std::max({maxIn, w.q.in, w.o.in, w.down.in, w.perLayerProjection.in});
             maxIn = paddedIn(std::max<std::int64_t>(maxIn, weights_.perLayerModelProjection.in));
-            GEMMA_RETURN_IF_ERROR(gemmWeight_.allocateZeroed(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
+            for (int s = 0; s < (prefillDequantizeAhead_ ? 2 : 1); ++s) {
+                WeightSlot& slot = weightSlots_[s];
+                GEMMA_RETURN_IF_ERROR(slot.fp16.allocateZeroed(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
+                GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreateWithFlags(&slot.ready, cudaEventDisableTiming), "cudaEventCreate"));
+                GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreateWithFlags(&slot.free, cudaEventDisableTiming), "cudaEventCreate"));
+            }
+            if (prefillDequantizeAhead_) {
+                GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamCreateWithFlags(&dequantStream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+                buildPrefillOrder();
+            }
             GEMMA_RETURN_IF_ERROR(gemmInputHi_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
             if (prefillInput_ != PrefillInput::Single) GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
             GEMMA_RETURN_IF_ERROR(gateUp_.allocateZeroed(R * 2u * static_cast<std::size_t>(ffn) * 4, "GEMM prefill workspace"));
@@ -948,6 +963,110 @@ private:
     }
 
 
+    // ---- the GEMM prefill's FP16 weights ----------------------------------------------------------
+    // Two slots, each the FP16 copy of one linear (gate|up together). The prefill's linears come in
+    // a fixed order (prefillNext_, built by buildPrefillOrder to match runLayer), so while one
+    // linear's GEMMs run on stream_, the next one is dequantized into the other slot on
+    // dequantStream_ (OpenOptions::prefillDequantizeAhead; one slot without it). Events order the
+    // two streams: a slot's `ready` after its dequantization ahead, its `free` after the GEMMs
+    // that read it. The same kernels compute the same bits either way.
+    struct WeightSlot {
+        DeviceBuffer fp16;
+        const DeviceLinear* linear = nullptr;  // what the slot holds (or is being filled with)
+        cudaEvent_t ready = nullptr, free = nullptr;
+    };
+
+    static float pairMultiplier(const DeviceLinear& w, const DeviceLinear* up) {
+        return up ? std::min(w.fp16Multiplier, up->fp16Multiplier) : w.fp16Multiplier;
+    }
+
+    Status dequantizeInto(const DeviceLinear& w, const DeviceLinear* up, int slot, cudaStream_t stream) {
+        const std::int64_t ld = paddedIn(w.in);
+        auto* target = weightSlots_[slot].fp16.as<std::uint16_t>();
+        for (const DeviceLinear* l : {&w, up}) {
+            if (!l) break;
+            kc::Fp4DequantizeParams d;
+            d.codes = l->codes;
+            d.scales = l->scales;
+            d.out = l->out;
+            d.in = l->in;
+            d.y = target + (l == up ? w.out * ld : 0);
+            d.ldOut = ld;
+            d.fp16 = true;
+            d.multiplier = pairMultiplier(w, up);
+            d.tiled = l->tiled;
+            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchFp4DequantizeBf16(d, stream), "fp4 dequantize"));
+        }
+        return Status::ok();
+    }
+
+    // A slot holding (w, up) for stream_'s next work: the one a dequantization ahead filled (stream_
+    // waits for it), or the slot the previous GEMMs did not read, dequantized on stream_.
+    Status acquireWeight(const DeviceLinear& w, const DeviceLinear* up, int& slot) {
+        const int slots = weightSlotCount();
+        for (slot = 0; slot < slots; ++slot)
+            if (weightSlots_[slot].linear == &w) break;
+        if (slot == slots) {
+            slot = slots == 2 ? lastWeightSlot_ ^ 1 : 0;
+            weightSlots_[slot].linear = nullptr;
+            // A dequantization ahead (a wrong guess) may still be writing it.
+            if (weightSlots_[slot].ready)
+                GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamWaitEvent(stream_, weightSlots_[slot].ready, 0), "cudaStreamWaitEvent"));
+            GEMMA_RETURN_IF_ERROR(dequantizeInto(w, up, slot, stream_));
+            weightSlots_[slot].linear = &w;
+        } else if (weightSlots_[slot].ready) {
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamWaitEvent(stream_, weightSlots_[slot].ready, 0), "cudaStreamWaitEvent"));
+        }
+        lastWeightSlot_ = slot;
+        return Status::ok();
+    }
+
+    // Starts the FP16 copy of the linear after `w` into the other slot on dequantStream_, once the
+    // GEMMs that last read that slot are done.
+    Status dequantizeAhead(const DeviceLinear& w, int slot) {
+        if (weightSlotCount() < 2) return Status::ok();
+        const auto next = prefillNext_.find(&w);
+        if (next == prefillNext_.end()) return Status::ok();
+        const auto [linear, up] = next->second;
+        WeightSlot& other = weightSlots_[slot ^ 1];
+        if (other.linear == linear) return Status::ok();
+        other.linear = nullptr;
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamWaitEvent(dequantStream_, other.free, 0), "cudaStreamWaitEvent"));
+        GEMMA_RETURN_IF_ERROR(dequantizeInto(*linear, up, slot ^ 1, dequantStream_));
+        GEMMA_RETURN_IF_ERROR(cudaError(cudaEventRecord(other.ready, dequantStream_), "cudaEventRecord"));
+        other.linear = linear;
+        return Status::ok();
+    }
+
+    int weightSlotCount() const { return weightSlots_[1].fp16.as<void>() ? 2 : 1; }
+
+    // The order in which a prefill chunk's GEMMs meet the linears (perLayerInputs, then runLayer's
+    // q, k, v, o, gate|up, down and the PLE pair per layer), each mapped to its successor; the last
+    // maps to the first (the next chunk's).
+    void buildPrefillOrder() {
+        std::vector<std::pair<const DeviceLinear*, const DeviceLinear*>> order;
+        const auto& c = config_;
+        if (c.hasPerLayerInputs()) order.push_back({&perLayerModelProjection_, nullptr});
+        for (int l = 0; l < c.numLayers; ++l) {
+            const auto& g = c.layers[l];
+            const DeviceLayer& d = layers_[l];
+            order.push_back({&d.q, nullptr});
+            if (!g.kvShared) {
+                order.push_back({&d.k, nullptr});
+                if (g.hasValueProjection) order.push_back({&d.v, nullptr});
+            }
+            order.push_back({&d.o, nullptr});
+            order.push_back({&d.gate, &d.up});
+            order.push_back({&d.down, nullptr});
+            if (c.hasPerLayerInputs()) {
+                order.push_back({&d.perLayerGate, nullptr});
+                order.push_back({&d.perLayerProjection, nullptr});
+            }
+        }
+        prefillNext_.clear();
+        for (std::size_t i = 0; i < order.size(); ++i) prefillNext_[order[i].first] = order[(i + 1) % order.size()];
+    }
+
     // The GEMM prefill of one linear: x (fp32) → FP16 hi + lo of x·2^-8, W (FP4) → FP16 rows of
     // W·m (m = the weight's power-of-two multiplier), then y = (hi·Wᵀ + lo·Wᵀ)·2^8/m in fp32 (two
     // cuBLASLt calls, the second accumulating). FP16 holds every E2M1 × bf16-scale product exactly
@@ -976,35 +1095,26 @@ private:
             convert.multiplier = kGemmInputMultiplier;
             GEMMA_RETURN_IF_ERROR(kernelError(kc::launchActivationToBf16(convert, stream_), "activation to fp16"));
         }
-        const float multiplier = up ? std::min(w.fp16Multiplier, up->fp16Multiplier) : w.fp16Multiplier;
-        const float alpha = 1.0f / (multiplier * kGemmInputMultiplier);  // a power of two: exact
-        auto* weight = gemmWeight_.as<std::uint16_t>();
-        auto dequantize = [&](const DeviceLinear& l, std::uint16_t* target) {
-            kc::Fp4DequantizeParams d;
-            d.codes = l.codes;
-            d.scales = l.scales;
-            d.out = l.out;
-            d.in = l.in;
-            d.y = target;
-            d.ldOut = ld;
-            d.fp16 = true;
-            d.multiplier = multiplier;
-            d.tiled = l.tiled;
-            return kernelError(kc::launchFp4DequantizeBf16(d, stream_), "fp4 dequantize");
-        };
+        const float alpha = 1.0f / (pairMultiplier(w, up) * kGemmInputMultiplier);  // a power of two: exact
+        int slot = 0;
+        GEMMA_RETURN_IF_ERROR(acquireWeight(w, up, slot));
+        GEMMA_RETURN_IF_ERROR(dequantizeAhead(w, slot));
+        const auto* weight = weightSlots_[slot].fp16.as<std::uint16_t>();
+        // After this call's GEMMs the slot may be overwritten (dequantizeAhead waits for this).
+        auto release = [&] { return cudaError(cudaEventRecord(weightSlots_[slot].free, stream_), "cudaEventRecord"); };
         using Operands = CublasLt::Operands;
-        GEMMA_RETURN_IF_ERROR(dequantize(w, weight));
         if (!up) {
             GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, w.out, w.in, hi, ld, weight, ld, y, yStride, alpha, false, stream_));
-            if (!w.splitInput) return Status::ok();
-            return blas_->gemm(Operands::Fp16, rows, w.out, w.in, lo, ld, weight, ld, y, yStride, alpha, true, stream_);
+            if (w.splitInput)
+                GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, w.out, w.in, lo, ld, weight, ld, y, yStride, alpha, true, stream_));
+            return release();
         }
-        GEMMA_RETURN_IF_ERROR(dequantize(*up, weight + w.out * ld));
         float* gateUp = gateUp_.as<float>();
         const std::int64_t width = 2 * w.out;
         GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, hi, ld, weight, ld, gateUp, width, alpha, false, stream_));
         if (w.splitInput)
             GEMMA_RETURN_IF_ERROR(blas_->gemm(Operands::Fp16, rows, width, w.in, lo, ld, weight, ld, gateUp, width, alpha, true, stream_));
+        GEMMA_RETURN_IF_ERROR(release());
         kc::GegluElementwiseParams g;
         g.gateUp = gateUp;
         g.ldIn = width;
@@ -1520,6 +1630,7 @@ private:
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
+    bool prefillDequantizeAhead_ = true;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
     int clusterLayers_ = 0;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and
@@ -1538,7 +1649,11 @@ private:
     int chunkRows_ = kChunk;
     std::unique_ptr<CublasLt> blas_;
     std::string prefillStatus_;
-    DeviceBuffer gemmWeight_, gemmInputHi_, gemmInputLo_, gateUp_;
+    DeviceBuffer gemmInputHi_, gemmInputLo_, gateUp_;
+    WeightSlot weightSlots_[2];
+    int lastWeightSlot_ = 0;
+    cudaStream_t dequantStream_ = nullptr;
+    std::unordered_map<const DeviceLinear*, std::pair<const DeviceLinear*, const DeviceLinear*>> prefillNext_;
     bool graphFailed_ = false;
     cudaGraphExec_t graphExec_ = nullptr;
     std::string graphStatus_ = "off";

@@ -463,7 +463,9 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
     estimate.workspaceBytes = kPrefillChunk * (c.vocabSize + 8LL * c.hiddenSize + 4LL * ffn) * 4;
     if (options.device != Device::Cpu && options.prefillGemmMinRows > 0) {
         const std::int64_t chunk = options.gemmPrefillChunk;
-        estimate.workspaceBytes += chunk * (8LL * c.hiddenSize + 4LL * ffn) * 4 + chunk * ffn * 2 * 2 + 2LL * ffn * c.hiddenSize * 2;
+        const std::int64_t weightBuffers = options.prefillDequantizeAhead ? 2 : 1;
+        estimate.workspaceBytes += chunk * (8LL * c.hiddenSize + 4LL * ffn) * 4 + chunk * ffn * 2 * 2 +
+                                   weightBuffers * 2LL * ffn * c.hiddenSize * 2;
     }
     return estimate;
 }

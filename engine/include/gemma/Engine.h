@@ -148,6 +148,10 @@ struct OpenOptions {
     // projections for a worst golden-model logit error of 1.8 % instead of 1.3 % (budget 2 %;
     // docs/PERFORMANCE.md version 14). Split for the most exact prefill.
     PrefillInput prefillInput = PrefillInput::SplitDown;
+    // CUDA GEMM prefill: while one linear's GEMMs run, the next linear's FP16 copy is dequantized
+    // on a second stream into a second weight buffer (the same results; one more buffer the size
+    // of the largest gate|up pair). false: one buffer, dequantized just before its GEMMs.
+    bool prefillDequantizeAhead = true;
     // CUDA: launch the decode step's kernels (FP4 matvecs, norms, q/k/v + RoPE, attention,
     // embedding gathers, PLE, lm_head) with programmatic dependent launch, so each one's launch and
     // prologue overlap the kernel before it (the matvecs also prefetch their weights). Applied on
