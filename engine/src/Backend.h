@@ -28,6 +28,17 @@ inline constexpr int kGemmPrefillChunk = 2048;     // OpenOptions::gemmPrefillCh
 inline constexpr int kMaxGemmPrefillChunk = 8192;
 inline constexpr int kMinGemmPrefillChunk = 256;  // the shortest a chunk is cut to when memory is short
 
+// The GEMM prefill chunk a GPU uses: `asked`, halved while the memory it needs (`needed(chunk)`:
+// weights, KV cache with the chunk's sliding rings, workspaces) plus `headroom` exceeds
+// `freeBytes`, but not below kMinGemmPrefillChunk and never above `asked`. The caller still
+// refuses, with a message, when even the returned chunk does not fit.
+template <typename Needed>
+int fitGemmPrefillChunk(int asked, std::size_t freeBytes, std::size_t headroom, Needed needed) {
+    int chunk = asked;
+    while (chunk > kMinGemmPrefillChunk && needed(chunk) + headroom > freeBytes) chunk = std::max(kMinGemmPrefillChunk, chunk / 2);
+    return chunk;
+}
+
 // KV slots a layer's cache holds for an allocation, with prefill chunks of `chunk` rows.
 inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation, int chunk = kPrefillChunk) {
     return sliding ? std::min<std::int64_t>(allocation, slidingWindow + chunk - 1) : allocation;

@@ -249,9 +249,11 @@ public:
         // The GEMM prefill's sliding rings and workspaces grow with its chunk: where the asked chunk
         // does not fit, shorter ones (halved down to kMinGemmPrefillChunk) before giving up.
         auto needed = [&] { return data.size() + kvBytes(allocation) + workspaceEstimate(); };
-        while (blas_ && chunkRows_ > kMinGemmPrefillChunk && needed() + kHeadroom > freeBytes)
-            chunkRows_ = std::max(kMinGemmPrefillChunk, chunkRows_ / 2);
         if (blas_) {
+            chunkRows_ = fitGemmPrefillChunk(chunkRows_, freeBytes, kHeadroom, [&](int chunk) {
+                chunkRows_ = chunk;  // kvBytes and workspaceEstimate size for chunkRows_
+                return needed();
+            });
             prefillStatus_ += ", chunks of " + std::to_string(chunkRows_) +
                               (prefillInput_ == PrefillInput::Split       ? std::string{}
                                : prefillInput_ == PrefillInput::SplitDown ? ", x as one FP16 except in down"
