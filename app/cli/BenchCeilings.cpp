@@ -283,7 +283,7 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
     return true;
 }
 
-bool timeLmHead(std::int64_t vocab, std::int64_t hidden, int rowsPerWarp, bool persistent, KernelTiming& timing, std::string& error) {
+bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, KernelTiming& timing, std::string& error) {
     const std::size_t codeBytes = static_cast<std::size_t>(vocab) * hidden;
     Device codes[2], scales[2], x, logits;
     for (int i = 0; i < 2; ++i) {
@@ -314,7 +314,6 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, int rowsPerWarp, bool p
             p.logitStride = vocab;
             p.rows = 1;
             p.softcap = 30.0f;
-            p.rowsPerWarp = rowsPerWarp;
             p.persistent = persistent;
             return cuda::launchFp8LmHead(p, stream) == cuda::KernelStatus::Ok;
         },

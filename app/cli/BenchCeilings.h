@@ -32,8 +32,8 @@ bool measureCeilings(Ceilings& ceilings, std::string& error);
 // with out % 16 != 0 run in rows, as the engine keeps them).
 bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, bool tiled, KernelTiming& timing,
                    std::string& error);
-// FP8 lm_head (vocab × hidden) with the softcap, in the form the engine runs (rowsPerWarp and
-// persistent as OpenOptions::lmHeadRowsPerWarp and ::persistentLmHead).
-bool timeLmHead(std::int64_t vocab, std::int64_t hidden, int rowsPerWarp, bool persistent, KernelTiming& timing, std::string& error);
+// FP8 lm_head (vocab × hidden) with the softcap, in the form the engine runs (`persistent` as
+// OpenOptions::persistentLmHead).
+bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, KernelTiming& timing, std::string& error);
 
 }  // namespace gemma::bench

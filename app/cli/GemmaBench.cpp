@@ -162,8 +162,7 @@ int main(int argc, char** argv) {
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
-         {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits)"},
-         {"lm-head-rows-per-warp", true, "rows per warp of the decode lm_head's one-shot grid: 4 (default) or 8 (same logits)", "N"},
+         {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits; the kernel table times it too)"},
          {"prefill-chunk", true, "positions per GEMM prefill chunk (default 2048; 32 to 8192): every chunk dequantizes the weights once", "N"},
          {"no-dequantize-ahead", false, "GEMM prefill: dequantize each weight just before its GEMMs instead of the next one on a second stream during the current one's"},
          {"prefill-input", true, "how the GEMM prefill feeds x to its FP16 GEMMs: split (hi + lo everywhere), split-down (the default: only the down projections split) or single", "FORM"},
@@ -251,12 +250,6 @@ int main(int argc, char** argv) {
     }
     options.gemmPrefillChunk = static_cast<int>(prefillChunk);
     options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");
-    std::int64_t lmHeadRows = options.lmHeadRowsPerWarp;
-    if (!cli.getInt("lm-head-rows-per-warp", 4, 8, lmHeadRows) || (lmHeadRows != 4 && lmHeadRows != 8)) {
-        std::cerr << "gemma-bench: --lm-head-rows-per-warp must be 4 or 8\n";
-        return 1;
-    }
-    options.lmHeadRowsPerWarp = static_cast<int>(lmHeadRows);
     const std::string prefillInput = cli.value("prefill-input").value_or("split-down");
     if (prefillInput == "split") options.prefillInput = gemma::PrefillInput::Split;
     else if (prefillInput == "split-down") options.prefillInput = gemma::PrefillInput::SplitDown;
@@ -424,7 +417,7 @@ int main(int argc, char** argv) {
             kernels.push_back(timing);
         }
         gemma::bench::KernelTiming head;
-        if (!gemma::bench::timeLmHead(config.vocabSize, H, options.lmHeadRowsPerWarp, options.persistentLmHead, head, error)) {
+        if (!gemma::bench::timeLmHead(config.vocabSize, H, options.persistentLmHead, head, error)) {
             std::cerr << "gemma-bench: " << error << "\n";
             return 1;
         }

@@ -188,7 +188,6 @@ public:
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
-          lmHeadRowsPerWarp_(options.lmHeadRowsPerWarp),
           timelineWanted_(options.kernelTimeline) {}
 
     ~CudaBackend() override {
@@ -287,7 +286,6 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
-               (lmHeadRowsPerWarp_ != 4 ? ", lm_head " + std::to_string(lmHeadRowsPerWarp_) + "-row warps" : std::string{}) +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "")
                                    : std::string{}) +
@@ -1436,7 +1434,6 @@ private:
         p.softcap = c.finalLogitSoftcap;
         p.programmaticLaunch = programmaticLaunch_;
         p.persistent = persistentLmHead_;
-        p.rowsPerWarp = lmHeadRowsPerWarp_;
         return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
     }
 
@@ -1636,7 +1633,6 @@ private:
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;
-    int lmHeadRowsPerWarp_ = 4;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
     int clusterLayers_ = 0;
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and

@@ -108,9 +108,6 @@ public:
         if (options.contextAllocation <= 0 || options.contextAllocation > (1 << 20)) {
             return {ErrorCode::InvalidArgument, "the context allocation must be between 1 and 1048576 positions"};
         }
-        if (options.lmHeadRowsPerWarp != 4 && options.lmHeadRowsPerWarp != 8) {
-            return {ErrorCode::InvalidArgument, "the lm_head's rows per warp must be 4 or 8"};
-        }
         if (options.gemmPrefillChunk < kPrefillChunk || options.gemmPrefillChunk > kMaxGemmPrefillChunk) {
             return {ErrorCode::InvalidArgument, "the GEMM prefill chunk must be between " + std::to_string(kPrefillChunk) + " and " +
                                                     std::to_string(kMaxGemmPrefillChunk) + " positions"};

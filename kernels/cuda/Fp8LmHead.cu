@@ -6,8 +6,7 @@
 //
 // Work split: one warp owns R consecutive vocabulary rows at a time; lane l reads 16-byte chunks
 // l, l+32, ... of each (16 weights each), with the next chunk's loads issued before the current
-// one is converted: a one-shot grid of 4-row warps (fp8LmHeadKernel; 8-row warps for one logits
-// row with Fp8LmHeadParams::rowsPerWarp), or for one logits row on
+// one is converted: a one-shot grid of 4-row warps (fp8LmHeadKernel), or for one logits row on
 // request a resident grid of 8-row warps (fp8LmHeadPersistentKernel: faster alone, slower inside
 // the decode step, docs/PERFORMANCE.md version 10). E4M3 pairs are converted by the hardware (cvt.rn.f16x2.e4m3x2, sm_89+), which
 // is exact (every E4M3FN value, NaN included, is an FP16 value), then to fp32.
@@ -221,15 +220,12 @@ cudaError_t launchNb(const Fp8LmHeadParams& p, const float* x, float* logits, cu
         return launchKernel(fp8LmHeadPersistentKernel<kR>, dim3(static_cast<unsigned>(std::min(needed, resident))), dim3(kThreads),
                             0, stream, p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden, x, logits, p.softcap);
     } else {
-        auto oneShot = [&](auto kernel, int rowsPerWarp) {
-            const std::int64_t warps = (p.vocab + rowsPerWarp - 1) / rowsPerWarp;
-            const std::int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
-            return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, p.programmaticLaunch, p.codes,
-                                p.rowScales, p.vocab, p.hidden, x, p.xStride, logits, p.logitStride, p.softcap);
-        };
-        if constexpr (NB == 1)
-            if (p.rowsPerWarp == 8) return oneShot(fp8LmHeadKernel<8, 1>, 8);
-        return oneShot(fp8LmHeadKernel<4, NB>, 4);
+        constexpr int kR = 4;
+        const std::int64_t warps = (p.vocab + kR - 1) / kR;
+        const std::int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
+        return launchKernel(fp8LmHeadKernel<kR, NB>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream,
+                            p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden, x, p.xStride, logits,
+                            p.logitStride, p.softcap);
     }
 }
 
@@ -237,7 +233,7 @@ cudaError_t launchNb(const Fp8LmHeadParams& p, const float* x, float* logits, cu
 
 KernelStatus launchFp8LmHead(const Fp8LmHeadParams& p, cudaStream_t stream) {
     if (!p.codes || !p.rowScales || !p.x || !p.logits) return KernelStatus::InvalidArgument;
-    if (p.vocab < 1 || p.hidden < 16 || p.rows < 1 || (p.rowsPerWarp != 4 && p.rowsPerWarp != 8)) return KernelStatus::InvalidArgument;
+    if (p.vocab < 1 || p.hidden < 16 || p.rows < 1) return KernelStatus::InvalidArgument;
     if (p.hidden % 16 != 0) return KernelStatus::Unsupported;
     if (p.xStride < p.hidden || p.xStride % 4 != 0 || p.logitStride < p.vocab)
         return KernelStatus::InvalidArgument;

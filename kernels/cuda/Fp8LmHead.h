@@ -30,10 +30,6 @@ struct Fp8LmHeadParams {
     // slower inside the decode step (0.317 ms against 0.245 in its kernel timeline), so off by
     // default; docs/PERFORMANCE.md version 10.
     bool persistent = false;
-    // One-shot grid, one logits row: rows per warp, 4 (the default) or 8 (twice the bytes in flight
-    // per warp and half the warps, each with the same per-row arithmetic: the same bits). Two-row
-    // launches always use 4 (8 would spill). Other values are refused.
-    int rowsPerWarp = 4;
 };
 
 KernelStatus launchFp8LmHead(const Fp8LmHeadParams& params, cudaStream_t stream);

@@ -199,9 +199,6 @@ struct OpenOptions {
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
     bool persistentLmHead = false;
-    // CUDA: rows per warp of the decode step's one-shot lm_head grid, 4 or 8
-    // (Fp8LmHeadParams::rowsPerWarp; the same logits). docs/PERFORMANCE.md version 14.
-    int lmHeadRowsPerWarp = 4;
     // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
     // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
     // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
