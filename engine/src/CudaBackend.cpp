@@ -630,7 +630,7 @@ private:
         std::size_t bytes = static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(config_.vocabSize) * 4 +
                             rows * 64u * static_cast<std::size_t>(config_.hiddenSize) * 4 + (64u << 20);
         if (blas_)
-            bytes += static_cast<std::size_t>(gemmWeightElements()) * 2 * (prefillDequantizeAhead_ ? 2 : 1) +
+            bytes += static_cast<std::size_t>(gemmWeightElements()) * 2 * static_cast<std::size_t>(weightSlotCount()) +
                      rows * 3u * static_cast<std::size_t>(ffnWidthOf()) * 8;
         return bytes;
     }
@@ -744,8 +744,8 @@ private:
             d.perLayerProjection = device(w.perLayerProjection);
             // GEMM prefill: which linears take x as FP16 hi + lo (OpenOptions::prefillInput).
             for (DeviceLinear* linear : {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.perLayerGate, &d.perLayerProjection})
-                linear->splitInput = prefillInput_ == PrefillInput::Split;
-            d.down.splitInput = prefillInput_ != PrefillInput::Single;
+                linear->splitInput = splitsInput(false);
+            d.down.splitInput = splitsInput(true);
             d.inputNorm = device(w.inputNorm);
             d.postAttentionNorm = device(w.postAttentionNorm);
             d.preFeedforwardNorm = device(w.preFeedforwardNorm);
@@ -757,7 +757,7 @@ private:
             d.inverseFrequency = frequencyTable_.as<float>() + offsets[l];
         }
         perLayerModelProjection_ = device(weights_.perLayerModelProjection);
-        perLayerModelProjection_.splitInput = prefillInput_ == PrefillInput::Split;
+        perLayerModelProjection_.splitInput = splitsInput(false);
         perLayerProjectionNorm_ = device(weights_.perLayerProjectionNorm);
         finalNorm_ = device(weights_.finalNorm);
     }
@@ -792,7 +792,7 @@ private:
             std::int64_t maxIn = 0;
             for (const auto& w : weights_.layers) maxIn = std::max({maxIn, w.q.in, w.o.in, w.down.in, w.perLayerProjection.in});
             maxIn = paddedIn(std::max<std::int64_t>(maxIn, weights_.perLayerModelProjection.in));
-            for (int s = 0; s < (prefillDequantizeAhead_ ? 2 : 1); ++s) {
+            for (int s = 0; s < weightSlotCount(); ++s) {
                 WeightSlot& slot = weightSlots_[s];
                 GEMMA_RETURN_IF_ERROR(slot.fp16.allocateZeroed(static_cast<std::size_t>(gemmWeightElements()) * 2, "GEMM prefill weights"));
                 GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreateWithFlags(&slot.ready, cudaEventDisableTiming), "cudaEventCreate"));
@@ -1012,11 +1012,10 @@ private:
             slot = slots == 2 ? lastWeightSlot_ ^ 1 : 0;
             weightSlots_[slot].linear = nullptr;
             // A dequantization ahead (a wrong guess) may still be writing it.
-            if (weightSlots_[slot].ready)
-                GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamWaitEvent(stream_, weightSlots_[slot].ready, 0), "cudaStreamWaitEvent"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamWaitEvent(stream_, weightSlots_[slot].ready, 0), "cudaStreamWaitEvent"));
             GEMMA_RETURN_IF_ERROR(dequantizeInto(w, up, slot, stream_));
             weightSlots_[slot].linear = &w;
-        } else if (weightSlots_[slot].ready) {
+        } else {
             GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamWaitEvent(stream_, weightSlots_[slot].ready, 0), "cudaStreamWaitEvent"));
         }
         lastWeightSlot_ = slot;
@@ -1040,7 +1039,13 @@ private:
         return Status::ok();
     }
 
-    int weightSlotCount() const { return weightSlots_[1].fp16.as<void>() ? 2 : 1; }
+    // One slot, or two with dequantization ahead: what allocateWorkspaces makes and
+    // workspaceEstimate counts. Every slot has its buffer and both events.
+    int weightSlotCount() const { return prefillDequantizeAhead_ ? 2 : 1; }
+    // Whether a linear's GEMM prefill takes x as FP16 hi + lo (OpenOptions::prefillInput).
+    bool splitsInput(bool downProjection) const {
+        return prefillInput_ == PrefillInput::Split || (downProjection && prefillInput_ == PrefillInput::SplitDown);
+    }
 
     // The order in which a prefill chunk's GEMMs meet the linears (perLayerInputs, then runLayer's
     // q, k, v, o, gate|up, down and the PLE pair per layer), each mapped to its successor; the last
