@@ -283,8 +283,7 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
     return true;
 }
 
-bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, bool tensorCores, KernelTiming& timing,
-                std::string& error) {
+bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, KernelTiming& timing, std::string& error) {
     const std::size_t codeBytes = static_cast<std::size_t>(vocab) * hidden;
     Device codes[2], scales[2], x, logits;
     for (int i = 0; i < 2; ++i) {
@@ -316,7 +315,6 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, bool t
             p.rows = 1;
             p.softcap = 30.0f;
             p.persistent = persistent;
-            p.tensorCores = tensorCores;
             return cuda::launchFp8LmHead(p, stream) == cuda::KernelStatus::Ok;
         },
         kLaunchesPerGraph, 2, 15, ms, error);

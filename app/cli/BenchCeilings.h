@@ -33,8 +33,7 @@ bool measureCeilings(Ceilings& ceilings, std::string& error);
 bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX, bool tiled, KernelTiming& timing,
                    std::string& error);
 // FP8 lm_head (vocab × hidden) with the softcap, in the form the engine runs (`persistent` as
-// OpenOptions::persistentLmHead, `tensorCores` as OpenOptions::tensorCoreLmHead).
-bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, bool tensorCores, KernelTiming& timing,
-                std::string& error);
+// OpenOptions::persistentLmHead).
+bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, KernelTiming& timing, std::string& error);
 
 }  // namespace gemma::bench

@@ -163,7 +163,6 @@ int main(int argc, char** argv) {
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits; the kernel table times it too)"},
-         {"tensor-core-lm-head", false, "run the lm_head on tensor cores (16 rows x 16 inputs per mma, x as fp16 hi + lo; the same logits to about 1e-6, not the same bits; the kernel table times it too)"},
          {"prefill-chunk", true, "positions per GEMM prefill chunk (default 2048; 32 to 8192): every chunk dequantizes the weights once", "N"},
          {"no-dequantize-ahead", false, "GEMM prefill: dequantize each weight just before its GEMMs instead of the next one on a second stream during the current one's"},
          {"prefill-input", true, "how the GEMM prefill feeds x to its FP16 GEMMs: split (hi + lo everywhere), split-down (the default: only the down projections split) or single", "FORM"},
@@ -244,7 +243,6 @@ int main(int argc, char** argv) {
     options.clusterAttention = !cli.has("split-attention");
     options.attentionPrefetch = !cli.has("no-attention-prefetch");
     options.persistentLmHead = cli.has("persistent-lm-head");
-    options.tensorCoreLmHead = cli.has("tensor-core-lm-head");
     std::int64_t prefillChunk = options.gemmPrefillChunk;
     if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {
         std::cerr << "gemma-bench: " << cli.error() << "\n";
@@ -419,7 +417,7 @@ int main(int argc, char** argv) {
             kernels.push_back(timing);
         }
         gemma::bench::KernelTiming head;
-        if (!gemma::bench::timeLmHead(config.vocabSize, H, options.persistentLmHead, options.tensorCoreLmHead, head, error)) {
+        if (!gemma::bench::timeLmHead(config.vocabSize, H, options.persistentLmHead, head, error)) {
             std::cerr << "gemma-bench: " << error << "\n";
             return 1;
         }

@@ -185,7 +185,7 @@ public:
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
-          persistentLmHead_(options.persistentLmHead), tensorCoreLmHead_(options.tensorCoreLmHead), clusterAttention_(options.clusterAttention),
+          persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -285,7 +285,7 @@ public:
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
-               (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") + (tensorCoreLmHead_ ? ", tensor-core lm_head" : "") +
+               (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? ", persistent lm_head" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "")
                                    : std::string{}) +
@@ -1439,7 +1439,6 @@ private:
         p.softcap = c.finalLogitSoftcap;
         p.programmaticLaunch = programmaticLaunch_;
         p.persistent = persistentLmHead_;
-        p.tensorCores = tensorCoreLmHead_;
         return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
     }
 
@@ -1634,7 +1633,6 @@ private:
     bool fusedNorms_ = true;
     bool tensorCoreAttention_ = true;
     bool persistentLmHead_ = false;
-    bool tensorCoreLmHead_ = false;
     bool clusterAttention_ = true;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;

@@ -30,7 +30,6 @@ inline int kernelBucket(std::string_view name) {
         {"qkvNormRopeKernel", Bucket::Attention},
         {"fp8LmHeadKernel", Bucket::LmHead},
         {"fp8LmHeadPersistentKernel", Bucket::LmHead},
-        {"fp8LmHeadMmaKernel", Bucket::LmHead},
         {"argmaxKernel", Bucket::Sampling},
         {"topKKernel", Bucket::Sampling},
         {"rmsNormResidualKernel", Bucket::NormElementwise},

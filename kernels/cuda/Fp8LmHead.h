@@ -30,10 +30,6 @@ struct Fp8LmHeadParams {
     // slower inside the decode step (0.317 ms against 0.245 in its kernel timeline), so off by
     // default; docs/PERFORMANCE.md version 10.
     bool persistent = false;
-    // The tensor-core form (mma.sync: 16 rows × 16 inputs per instruction, x as fp16 hi + lo):
-    // the same logits to ≈ 1e-6 relative, not the same bits; with `persistent` on its resident
-    // grid. Tables wider than 5888 take the CUDA-core kernels. docs/PERFORMANCE.md version 15.
-    bool tensorCores = false;
 };
 
 KernelStatus launchFp8LmHead(const Fp8LmHeadParams& params, cudaStream_t stream);

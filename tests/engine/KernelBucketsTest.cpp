@@ -51,7 +51,6 @@ TEST(KernelBuckets, Rules) {
     EXPECT_EQ(gemma::kernelBucket("qkvNormRopeKernel"), static_cast<int>(Bucket::Attention));
     EXPECT_EQ(gemma::kernelBucket("attentionMergeKernel"), static_cast<int>(Bucket::Attention));
     EXPECT_EQ(gemma::kernelBucket("fp8LmHeadPersistentKernel"), static_cast<int>(Bucket::LmHead));
-    EXPECT_EQ(gemma::kernelBucket("fp8LmHeadMmaKernel"), static_cast<int>(Bucket::LmHead));
     EXPECT_EQ(gemma::kernelBucket("argmaxKernel"), static_cast<int>(Bucket::Sampling));
     EXPECT_EQ(gemma::kernelBucket("rmsNormResidualKernel"), static_cast<int>(Bucket::NormElementwise));
     EXPECT_EQ(gemma::kernelBucket("someOtherKernel"), -1);

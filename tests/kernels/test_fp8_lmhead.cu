@@ -109,31 +109,6 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
                         again.size() == got.size() && std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0, "");
     }
 
-    // The tensor-core form on both grids: the same FP64 reference and tolerance; its two grids
-    // give the same bits (each tile is one warp's, in the same order).
-    auto tensorCore = [&](const std::uint8_t* codes, cudaStream_t stream, bool programmatic, bool resident) {
-        gc::Fp8LmHeadParams q = p;
-        q.codes = codes;
-        q.tensorCores = true;
-        q.persistent = resident;
-        q.programmaticLaunch = programmatic;
-        HCHECK_STATUS(gc::launchFp8LmHead(q, stream));
-    };
-    std::vector<float> tensorCoreOneShot;
-    for (const bool resident : {false, true}) {
-        dl.poison();
-        producer.produce();
-        tensorCore(dc.ptr, producer.stream(), producer.programmatic(), resident);
-        HCHECK(cudaDeviceSynchronize());
-        const std::vector<float> tc = dl.download();
-        const std::string form = resident ? " tensor cores, resident grid" : " tensor cores";
-        report.add(producer.tag() + name + form, compare(tc.data(), ref.data(), tc.size()), 1e-4, 1e-4);
-        if (!resident) tensorCoreOneShot = tc;
-        else
-            report.addCheck(producer.tag() + name + " tensor cores: both grids bit-identical",
-                            std::memcmp(tc.data(), tensorCoreOneShot.data(), tc.size() * sizeof(float)) == 0, "");
-    }
-
     if (timing && rows == 1) {
         const double bytes = static_cast<double>(t.codes.size()) + 4.0 * vocab;
         const int copies = bytes > 200e6 ? 2 : 4;
@@ -149,43 +124,11 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
             },
             5, 30);
         const double persistentUs = medianMicros([&](int i) { persistent(cc.ptr + (i % copies) * t.codes.size(), nullptr, false); }, 5, 30);
-        const double tensorCoreUs = medianMicros([&](int i) { tensorCore(cc.ptr + (i % copies) * t.codes.size(), nullptr, false, false); }, 5, 30);
-        const double tensorCoreResidentUs =
-            medianMicros([&](int i) { tensorCore(cc.ptr + (i % copies) * t.codes.size(), nullptr, false, true); }, 5, 30);
-        char line[384];
-        std::snprintf(line, sizeof line,
-                      "lm_head %lld x %lld: %.1f us, %.1f GB/s | persistent 8-row grid %.1f us, %.1f GB/s | tensor cores %.1f us, "
-                      "%.1f GB/s | tensor cores resident %.1f us, %.1f GB/s",
+        char line[256];
+        std::snprintf(line, sizeof line, "lm_head %lld x %lld: %.1f us, %.1f GB/s | persistent 8-row grid %.1f us, %.1f GB/s",
                       static_cast<long long>(vocab), static_cast<long long>(hidden), us, bytes / us * 1e-3, persistentUs,
-                      bytes / persistentUs * 1e-3, tensorCoreUs, bytes / tensorCoreUs * 1e-3, tensorCoreResidentUs,
-                      bytes / tensorCoreResidentUs * 1e-3);
+                      bytes / persistentUs * 1e-3);
         perf.push_back(line);
-        // Experiment (version 15): the tensor-core kernel's item shape, L loads of 16 bytes per row
-        // and D items in flight, on the one-shot grid; the logits checked against the reference.
-        auto variant = [&](const char* label, auto launch) {
-            gc::Fp8LmHeadParams q = p;
-            q.programmaticLaunch = false;
-            dl.poison();
-            HCHECK(launch(q, dc.ptr));
-            HCHECK(cudaDeviceSynchronize());
-            const std::vector<float> v = dl.download();
-            report.add(std::string(name) + " tensor cores " + label, compare(v.data(), ref.data(), v.size()), 1e-4, 1e-4);
-            const double vus = medianMicros([&](int i) { launch(q, cc.ptr + (i % copies) * t.codes.size()); }, 5, 30);
-            char vline[160];
-            std::snprintf(vline, sizeof vline, "  tensor cores %s: %.1f us, %.1f GB/s", label, vus, bytes / vus * 1e-3);
-            perf.push_back(vline);
-        };
-#define GEMMA_LMHEAD_VARIANT(D, L)                                                                             \
-    variant("D" #D " L" #L, [&](gc::Fp8LmHeadParams q, const std::uint8_t* codes) {                           \
-        q.codes = codes;                                                                                      \
-        return gc::fp8detail::launchMma<1, D, L>(q, q.x, q.logits, nullptr);                                  \
-    })
-        GEMMA_LMHEAD_VARIANT(8, 1);
-        GEMMA_LMHEAD_VARIANT(2, 2);
-        GEMMA_LMHEAD_VARIANT(3, 2);
-        GEMMA_LMHEAD_VARIANT(1, 4);
-        GEMMA_LMHEAD_VARIANT(2, 4);
-#undef GEMMA_LMHEAD_VARIANT
     }
 }
 

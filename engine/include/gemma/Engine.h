@@ -199,10 +199,6 @@ struct OpenOptions {
     // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
     // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
     bool persistentLmHead = false;
-    // CUDA: the lm_head on tensor cores (Fp8LmHeadParams::tensorCores: one mma per 16 rows × 16
-    // inputs, x as fp16 hi + lo; logits within ≈ 1e-6 relative of the CUDA-core kernel's, not
-    // bit-identical), on the grid persistentLmHead picks. docs/PERFORMANCE.md version 15.
-    bool tensorCoreLmHead = false;
     // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
     // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
     // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
