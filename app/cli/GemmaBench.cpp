@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
-         {"persistent-lm-head", false, "run the decode lm_head on a resident grid of 8-row warps instead of the one-shot 4-row grid (same logits; the kernel table times it too)"},
+         {"one-shot-lm-head", false, "run the decode lm_head on the one-shot grid of 4-row warps, launched programmatically, instead of the resident grid of 8-row warps launched ordinarily (same logits; the kernel table times it too)"},
          {"prefill-chunk", true, "positions per GEMM prefill chunk (default 2048; 32 to 8192): every chunk dequantizes the weights once", "N"},
          {"no-dequantize-ahead", false, "GEMM prefill: dequantize each weight just before its GEMMs instead of the next one on a second stream during the current one's"},
          {"prefill-input", true, "how the GEMM prefill feeds x to its FP16 GEMMs: split (hi + lo everywhere), split-down (the default: only the down projections split) or single", "FORM"},
@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
     options.tensorCoreAttention = !cli.has("cuda-core-attention");
     options.clusterAttention = !cli.has("split-attention");
     options.attentionPrefetch = !cli.has("no-attention-prefetch");
-    options.persistentLmHead = cli.has("persistent-lm-head");
+    options.persistentLmHead = !cli.has("one-shot-lm-head");
     std::int64_t prefillChunk = options.gemmPrefillChunk;
     if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {
         std::cerr << "gemma-bench: " << cli.error() << "\n";

@@ -195,10 +195,11 @@ struct OpenOptions {
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
     // +1 % on the H200 (docs/PERFORMANCE.md version 12). false: the whole band after the wait.
     bool attentionPrefetch = true;
-    // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps
-    // (Fp8LmHeadParams::persistent: the same logits, bit for bit; faster alone, slower inside the
-    // step, docs/PERFORMANCE.md version 10). false, the default: the one-shot grid of 4-row warps.
-    bool persistentLmHead = false;
+    // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps,
+    // launched as an ordinary kernel (Fp8LmHeadParams::persistent: the same logits, bit for bit;
+    // 0.234 against 0.249 ms in the 12b step's kernel timeline, docs/PERFORMANCE.md version 15).
+    // false: the one-shot grid of 4-row warps, launched programmatically like the other kernels.
+    bool persistentLmHead = true;
     // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
     // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
     // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
