@@ -155,7 +155,6 @@ int main(int argc, char** argv) {
          {"no-pdl", false, "launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
          {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
          {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
-         {"matvec-block-per-tile", false, "batch-1 FP4 matvecs launch one block per 16-row tile instead of at most the resident block count (experiment)"},
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
@@ -237,7 +236,6 @@ int main(int argc, char** argv) {
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     options.programmaticLaunch = !cli.has("no-pdl");
     options.integerMatvec = !cli.has("fp16-matvec");
-    options.matvecBlockPerTile = cli.has("matvec-block-per-tile");
     options.tiledWeights = !cli.has("row-layout");
     options.fusedAttention = !cli.has("separate-attention");
     options.fusedNorms = !cli.has("separate-norms");

@@ -183,7 +183,7 @@ public:
         : package_(package), config_(package.config()), weights_(weights),
           kvDtype_(options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16), graphWanted_(options.cudaGraph),
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
-          integerMatvec_(options.integerMatvec), matvecBlockPerTile_(options.matvecBlockPerTile), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
+          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
@@ -283,7 +283,7 @@ public:
 
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
-               (integerMatvec_ ? "" : ", fp16-x matvec") + (matvecBlockPerTile_ ? ", matvec block per tile" : "") + (tiledWeights_ ? "" : ", row-layout weights") +
+               (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
@@ -954,7 +954,6 @@ private:
         p.rows = rows;
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
-        p.blockPerTile = matvecBlockPerTile_;
         p.tiled = w.tiled;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
@@ -1629,7 +1628,6 @@ private:
     int gemmMinRows_ = 0;
     bool programmaticLaunch_ = false;
     bool integerMatvec_ = true;
-    bool matvecBlockPerTile_ = false;
     bool tiledWeights_ = true;
     bool fusedAttention_ = true;
     bool fusedNorms_ = true;

@@ -54,10 +54,6 @@ struct Fp4MatvecParams {
     // default: measured on the H200, -15 % to +9 % per shape with fp16 x, -5 % to +12 % with
     // integer x (docs/PERFORMANCE.md).
     bool twoGroupItems = false;
-    // Tensor-core path: one block per 16-row tile instead of at most the resident block count
-    // (experiment, docs/PERFORMANCE.md version 15 step 3: whether the resident grid loses to its
-    // programmatic launch the way the lm_head's did).
-    bool blockPerTile = false;
     // The weights (codes, scales, upCodes, upScales and the extras') are in the tiled layout
     // (kernels/include/kernels/Fp4Tiled.h; scales then point at its 32-bit scale words, 4-byte
     // aligned) instead of the row layout; every path reads it, with bit-identical results. The

@@ -163,9 +163,6 @@ struct OpenOptions {
     // shapes and a 4–11× smaller logit error against the CPU backend, docs/PERFORMANCE.md version
     // 4). false: x as fp16 hi + lo in an fp16 mma, the earlier form (comparisons).
     bool integerMatvec = true;
-    // CUDA, experiment: the batch-1 matvecs' grids as one block per tile (Fp4MatvecParams::
-    // blockPerTile) instead of at most the resident block count; docs/PERFORMANCE.md version 15.
-    bool matvecBlockPerTile = false;
     // CUDA: FP4 weights are rearranged on the GPU at load into the tiled layout
     // (kernels/include/kernels/Fp4Tiled.h: each 16-row × 128-input block contiguous in the order
     // the batch-1 matvec's lanes read it), the decode matvecs 2–18 % faster per shape on the H200
