@@ -186,6 +186,7 @@ public:
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
+          fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -286,6 +287,8 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
+               (fuseFullAttention_ ? "" : ", full layers unfused") +
+               (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "")
                                    : std::string{}) +
@@ -848,7 +851,8 @@ private:
         // sliding layers: their bands stay within the window, where the CUDA-core kernel is as fast
         // or faster (H200: e2b's 8-head sliding layers 2 % slower on tensor cores; docs/PERFORMANCE.md
         // version 8).
-        p.tensorCores = tensorCoreAttention_ && rows == 1 && !fusedAttentionFor(layer, rows) && g.type != LayerType::Sliding;
+        p.tensorCores = tensorCoreAttention_ && rows == 1 && !fusedAttentionFor(layer, rows) &&
+                        (g.type != LayerType::Sliding || tensorCoreSlidingAttention_);
         return p;
     }
 
@@ -1469,6 +1473,8 @@ private:
     // Whether layer l's attention runs as one fused launch: decode rows only, and small query
     // groups (the fused merge is serial over the group's heads; kFusedAttentionMaxGroup).
     bool fusedAttentionFor(int l, int rows) const {
+        const bool sliding = config_.layers[l].type == LayerType::Sliding;
+        if (sliding ? tensorCoreSlidingAttention_ : !fuseFullAttention_) return false;  // experiments (OpenOptions)
         return rows == 1 && fusedAttention_ && config_.numHeads / config_.layers[l].kvHeads <= kc::kFusedAttentionMaxGroup;
     }
 
@@ -1483,7 +1489,7 @@ private:
         clusterLayers_ = 0;
         if (!clusterAttention_) return;
         for (int l = 0; l < config_.numLayers; ++l) {
-            if (!fusedAttention_ || config_.layers[l].type != LayerType::Sliding ||
+            if (!fusedAttention_ || tensorCoreSlidingAttention_ || config_.layers[l].type != LayerType::Sliding ||
                 config_.numHeads / config_.layers[l].kvHeads > kc::kClusterAttentionMaxGroup)
                 continue;
             kc::AttentionDecodeParams d = attentionParams(l, 1);
@@ -1634,6 +1640,8 @@ private:
     bool tensorCoreAttention_ = true;
     bool persistentLmHead_ = true;
     bool clusterAttention_ = true;
+    bool fuseFullAttention_ = true;
+    bool tensorCoreSlidingAttention_ = false;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "CudaBackend.h"
@@ -34,13 +35,15 @@ struct Generation {
 Generation generate(const fs::path& package, gemma::Device device, const std::vector<std::int32_t>& prompt, int count,
                     gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16, int prefillGemmMinRows = 16,
                     bool programmaticLaunch = gemma::OpenOptions{}.programmaticLaunch, bool fusedAttention = true,
-                    gemma::PrefillInput prefillInput = gemma::OpenOptions{}.prefillInput) {
+                    gemma::PrefillInput prefillInput = gemma::OpenOptions{}.prefillInput,
+                    const std::function<void(gemma::OpenOptions&)>& adjust = {}) {
     Generation run;
     gemma::OpenOptions options{device, 512, kvCache};
     options.prefillGemmMinRows = prefillGemmMinRows;
     options.prefillInput = prefillInput;
     options.programmaticLaunch = programmaticLaunch;
     options.fusedAttention = fusedAttention;
+    if (adjust) adjust(options);
     auto engine = gemma::Engine::open(package, options);
     EXPECT_TRUE(engine) << engine.status().message();
     if (!engine) return run;
@@ -181,12 +184,24 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     const Generation tensorCores =
         generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0, true, false);
     compare(tensorCores, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(tensor-core decode attention) vs cpu", 2e-2);
+    // The attention experiments of docs/PERFORMANCE.md version 15 (OpenOptions::fuseFullAttention,
+    // tensorCoreSlidingAttention): every layer's decode attention on the tensor-core pieces.
+    const Generation allTensorCores =
+        generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0, true, true,
+                 gemma::OpenOptions{}.prefillInput, [](gemma::OpenOptions& o) {
+                     o.fuseFullAttention = false;
+                     o.tensorCoreSlidingAttention = true;
+                 });
+    compare(allTensorCores, cpu.logits, cpu.tokens, vocab, prompt.size(),
+            GetParam() + " gpu(tensor-core attention, every layer) vs cpu", 2e-2);
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");
     compare(exact, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(f32 kv) vs transformers", 2e-2);
     compare(matvecOnly, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(matvec prefill) vs transformers", 1e-3);
     compare(tensorCores, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(tensor-core decode attention) vs transformers", 2e-2);
+    compare(allTensorCores, reference, greedy, vocab, prompt.size(),
+            GetParam() + " gpu(tensor-core attention, every layer) vs transformers", 2e-2);
 }
 
 // The opt-in decode graph must pass its own bit-identical self-check (CudaBackend::decodeStep)

@@ -190,6 +190,13 @@ struct OpenOptions {
     // summation order: within fp32 rounding of the split kernel). docs/PERFORMANCE.md version 11.
     // false: the fused split kernel (comparisons).
     bool clusterAttention = true;
+    // CUDA, experiments for the small presets and for depth (docs/PERFORMANCE.md version 15,
+    // levers): fuseFullAttention false sends full layers that fusedAttention would fuse (groups of
+    // at most 4, e4b's) to the tensor-core pieces instead (as the 12b's full layers run);
+    // tensorCoreSlidingAttention sends the sliding layers' decode attention to the tensor-core
+    // pieces instead of the cluster or fused forms. Both choose among existing kernels.
+    bool fuseFullAttention = true;
+    bool tensorCoreSlidingAttention = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
