@@ -1441,8 +1441,11 @@ private:
         p.logitStride = c.vocabSize;
         p.rows = rows - first;
         p.softcap = c.finalLogitSoftcap;
-        p.programmaticLaunch = programmaticLaunch_;
+        // The resident grid (one row) as an ordinary kernel: launched programmatically, its blocks
+        // became resident while the last layer's kernels still ran and the 12b step lost 0.07 ms
+        // (docs/PERFORMANCE.md version 15 step 2).
         p.persistent = persistentLmHead_;
+        p.programmaticLaunch = programmaticLaunch_ && !(persistentLmHead_ && p.rows == 1);
         return kernelError(kc::launchFp8LmHead(p, stream_), "lm_head");
     }
 

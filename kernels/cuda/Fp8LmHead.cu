@@ -13,8 +13,7 @@
 //
 // Preconditions (checked): codes 16-byte aligned, H % 16 == 0, x 16-byte aligned, xStride % 4 == 0.
 // Programmatic launch (sm_90+, when asked): every thread waits for the previous kernel before it
-// reads x. The resident grid is launched ordinarily even when asked (see Fp8LmHead.h); its wait
-// is then a no-op.
+// reads x (the one-row kernel requests its first codes before that: they are never written).
 #include "Fp8LmHead.h"
 
 #include <algorithm>
@@ -132,8 +131,7 @@ __global__ void __launch_bounds__(256, 2) fp8LmHeadKernel(
 // puts 4 KB per warp in flight (113 registers, no spill, two blocks per SM). Lanes stay in step
 // (chunk round i: chunk lane + 32i, masked past the row), so a group's sums meet by warpSum. The
 // codes are weights no kernel writes: the first item is requested before the programmatic wait
-// (only x comes from the final norm; with the ordinary launch the launcher uses, nothing runs
-// before it anyway). Same per-lane FMA order and the same reduction as
+// (only x comes from the final norm). Same per-lane FMA order and the same reduction as
 // fp8LmHeadKernel: bit-identical logits.
 template <int R>
 __global__ void __launch_bounds__(256, 2) fp8LmHeadPersistentKernel(
@@ -219,10 +217,8 @@ cudaError_t launchNb(const Fp8LmHeadParams& p, const float* x, float* logits, cu
         const std::int64_t groups = (p.vocab + kR - 1) / kR;
         const std::int64_t needed = (groups + kThreads / 32 - 1) / (kThreads / 32);
         const std::int64_t resident = 2 * static_cast<std::int64_t>(facts.smCount);  // __launch_bounds__(256, 2)
-        // Ordinary launch: programmatically, its blocks became resident while the previous kernel
-        // still ran and the step lost 0.07 ms (docs/PERFORMANCE.md version 15 step 2).
         return launchKernel(fp8LmHeadPersistentKernel<kR>, dim3(static_cast<unsigned>(std::min(needed, resident))), dim3(kThreads),
-                            0, stream, false, p.codes, p.rowScales, p.vocab, p.hidden, x, logits, p.softcap);
+                            0, stream, p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden, x, logits, p.softcap);
     } else {
         constexpr int kR = 4;
         const std::int64_t warps = (p.vocab + kR - 1) / kR;

@@ -27,10 +27,9 @@ struct Fp8LmHeadParams {
     bool programmaticLaunch = false;
     // One row of logits on a resident grid of 8-row warps instead of the one-shot grid of 4-row
     // warps (the same bits). Faster alone (H200: 231–239 µs against 245–251 for the 12b's
-    // lm_head). Always launched as an ordinary kernel (programmaticLaunch is ignored for it):
-    // launched programmatically it was slower inside the decode step (0.320 ms against 0.249 in
-    // its kernel timeline), launched ordinarily faster (0.234); docs/PERFORMANCE.md versions 10
-    // and 15.
+    // lm_head). Inside the decode step only when launched ordinarily: programmatically it took
+    // 0.320 ms of the step's kernel timeline against 0.249 for the one-shot grid, ordinarily 0.234
+    // (the CUDA backend launches it so); docs/PERFORMANCE.md versions 10 and 15.
     bool persistent = false;
 };
 

@@ -35,12 +35,10 @@ struct Generation {
 Generation generate(const fs::path& package, gemma::Device device, const std::vector<std::int32_t>& prompt, int count,
                     gemma::KvCacheType kvCache = gemma::KvCacheType::Bf16, int prefillGemmMinRows = 16,
                     bool programmaticLaunch = gemma::OpenOptions{}.programmaticLaunch, bool fusedAttention = true,
-                    gemma::PrefillInput prefillInput = gemma::OpenOptions{}.prefillInput,
                     const std::function<void(gemma::OpenOptions&)>& adjust = {}) {
     Generation run;
     gemma::OpenOptions options{device, 512, kvCache};
     options.prefillGemmMinRows = prefillGemmMinRows;
-    options.prefillInput = prefillInput;
     options.programmaticLaunch = programmaticLaunch;
     options.fusedAttention = fusedAttention;
     if (adjust) adjust(options);
@@ -163,7 +161,8 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // down projections; x as FP16 hi + lo in every linear (the most exact form) under the same
     // budget. (x as one FP16 everywhere measured 2.03 % on 12b_like: docs/PERFORMANCE.md v14.)
     const Generation split = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                      gemma::OpenOptions{}.programmaticLaunch, true, gemma::PrefillInput::Split);
+                                      gemma::OpenOptions{}.programmaticLaunch, true,
+                                      [](gemma::OpenOptions& o) { o.prefillInput = gemma::PrefillInput::Split; });
     compare(split, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(prefill x split) vs cpu", 2e-2);
     // The device-side greedy chain, alone and between timed steps, picks what the host argmax
     // picked over the same kernels' copied logits.
@@ -188,7 +187,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // tensorCoreSlidingAttention): every layer's decode attention on the tensor-core pieces.
     const Generation allTensorCores =
         generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0, true, true,
-                 gemma::OpenOptions{}.prefillInput, [](gemma::OpenOptions& o) {
+                 [](gemma::OpenOptions& o) {
                      o.fuseFullAttention = false;
                      o.tensorCoreSlidingAttention = true;
                  });

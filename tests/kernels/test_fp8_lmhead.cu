@@ -90,8 +90,8 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
                   static_cast<long long>(hidden), rows, cap);
     report.add(producer.tag() + name, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
     // The resident 8-row grid (Fp8LmHeadParams::persistent, one row) must give the one-shot
-    // grid's bits: same per-lane FMA order, same reduction. Asked for a programmatic launch
-    // after the producer, its launcher launches it ordinarily: x must still be the producer's.
+    // grid's bits: same per-lane FMA order, same reduction. Programmatic too when the producer
+    // is (its first codes are read before the wait).
     auto persistent = [&](const std::uint8_t* codes, cudaStream_t stream, bool programmatic) {
         gc::Fp8LmHeadParams q = p;
         q.codes = codes;
