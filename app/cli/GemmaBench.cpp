@@ -158,9 +158,9 @@ int main(int argc, char** argv) {
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
-         {"cuda-core-attention", false, "run the decode attention of unfused full layers (large query groups) on the fp32 CUDA-core split kernel instead of tensor cores"},
+         {"cuda-core-attention", false, "run the decode attention of unfused full layers (every full layer unless --fused-full-attention) on the fp32 CUDA-core split kernel instead of tensor cores"},
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
-         {"unfused-full-attention", false, "run full-attention layers that the decode step would fuse (groups of at most 4 query heads per KV head, e4b's) on the tensor-core pieces instead (experiment)"},
+         {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
     options.tensorCoreAttention = !cli.has("cuda-core-attention");
     options.clusterAttention = !cli.has("split-attention");
     options.attentionPrefetch = !cli.has("no-attention-prefetch");
-    options.fuseFullAttention = !cli.has("unfused-full-attention");
+    options.fuseFullAttention = cli.has("fused-full-attention");
     options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
     options.persistentLmHead = !cli.has("one-shot-lm-head");
     std::int64_t prefillChunk = options.gemmPrefillChunk;

@@ -287,7 +287,7 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
-               (fuseFullAttention_ ? "" : ", full layers unfused") +
+               (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "")
@@ -917,13 +917,19 @@ private:
     // y = W·x, or with `up` the fused GeGLU y = gelu_tanh(W·x) ⊙ (Up·x); `extras` (no GeGLU) run
     // in the same launch and write their own outputs. A prefill chunk of at least gemmMinRows_
     // rows goes through cuBLASLt instead (gemmLinear).
+    // geluGate (batch 1 off the GEMM path only, one weight): y = gelu_tanh(W·x) ⊙ geluGate in the
+    // matvec's store (Fp4MatvecParams::geluGate).
     Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats,
-                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}) {
-        // A deferred norm whose output this matvec reads rides in its staging (one launch), when
-        // the matvec is a single batch-1 integer launch; anything else runs the norm first.
+                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}, const float* geluGate = nullptr) {
+        // A deferred norm whose output this matvec reads (the normed copy, or for a residual
+        // update alone the residual stream) rides in its staging (one launch), when the matvec is
+        // a single batch-1 integer launch; anything else runs the norm first.
         bool mixedLayouts = false;
         for (const auto& e : extras) mixedLayouts |= e.w->tiled != w.tiled;
-        const bool foldNorm = pendingNorm_.active && x == normed_.as<float>() && rows == 1 && integerMatvec_ && !mixedLayouts &&
+        const float* pendingOutput = pendingNorm_.normalizeOutput ? normed_.as<float>() : residualNow_;
+        if (geluGate && (rows != 1 || up || !extras.empty() || (blas_ && rows >= gemmMinRows_)))
+            return Status{ErrorCode::Internal, "the gelu gate needs a one-weight batch-1 matvec"};
+        const bool foldNorm = pendingNorm_.active && x == pendingOutput && rows == 1 && integerMatvec_ && !mixedLayouts &&
                               w.in <= kc::Fp4MatvecParams::kInputNormMaxIn && !(blas_ && rows >= gemmMinRows_);
         if (!foldNorm) GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
         if (blas_ && rows >= gemmMinRows_) {
@@ -964,6 +970,7 @@ private:
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
         }
         if (foldNorm) p.inputNorm = takePendingNorm();
+        p.geluGate = geluGate;
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -1159,8 +1166,10 @@ private:
     Status norm(const float* branch, const float* branchWeight, float layerScalar, const float* outWeight, float* out,
                 std::int64_t n, int rows, StepStats* stats, float* residual = nullptr) {
         GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
-        if (fusedNorms_ && rows == 1 && !residual && out == normed_.as<float>() && n == config_.hiddenSize && n % 4 == 0) {
-            pendingNorm_ = {true, branch, branchWeight, layerScalar, outWeight};
+        // Deferred (to ride in the consuming matvec): a norm into the normed copy, or a residual
+        // update alone (out null; the per-layer-input block's, whose gate reads the residual).
+        if (fusedNorms_ && rows == 1 && !residual && (out == normed_.as<float>() || !out) && n == config_.hiddenSize && n % 4 == 0) {
+            pendingNorm_ = {true, branch, branchWeight, layerScalar, outWeight, out != nullptr};
             return Status::ok();
         }
         return runNorm(branch, branchWeight, layerScalar, outWeight, out, n, rows, stats, residual);
@@ -1187,7 +1196,8 @@ private:
         if (!pendingNorm_.active) return Status::ok();
         const PendingNorm n = pendingNorm_;
         pendingNorm_ = {};
-        return runNorm(n.branch, n.branchWeight, n.layerScalar, n.outWeight, normed_.as<float>(), config_.hiddenSize, 1, stats, nullptr);
+        return runNorm(n.branch, n.branchWeight, n.layerScalar, n.outWeight, n.normalizeOutput ? normed_.as<float>() : nullptr,
+                       config_.hiddenSize, 1, stats, nullptr);
     }
     // The deferred norm as a matvec's input norm: the new residual goes to the other buffer of the
     // pair (every block of the matvec reads the current one), which becomes the current one.
@@ -1199,6 +1209,7 @@ private:
         in.layerScalar = pendingNorm_.layerScalar;
         in.outWeight = pendingNorm_.outWeight;
         in.eps = config_.rmsNormEps;
+        in.normalizeOutput = pendingNorm_.normalizeOutput;
         if (pendingNorm_.branch || pendingNorm_.layerScalar != 1.0f) {  // otherwise the residual is unchanged
             float* other = residualNow_ == residual_.as<float>() ? residualAlternate_.as<float>() : residual_.as<float>();
             in.residualOut = other;
@@ -1477,7 +1488,7 @@ private:
     // groups (the fused merge is serial over the group's heads; kFusedAttentionMaxGroup).
     bool fusedAttentionFor(int l, int rows) const {
         const bool sliding = config_.layers[l].type == LayerType::Sliding;
-        if (sliding ? tensorCoreSlidingAttention_ : !fuseFullAttention_) return false;  // experiments (OpenOptions)
+        if (sliding ? tensorCoreSlidingAttention_ : !fuseFullAttention_) return false;  // OpenOptions::fuseFullAttention, tensorCoreSlidingAttention
         return rows == 1 && fusedAttention_ && config_.numHeads / config_.layers[l].kvHeads <= kc::kFusedAttentionMaxGroup;
     }
 
@@ -1598,16 +1609,21 @@ private:
         if (!c.hasPerLayerInputs()) {
             return norm(branch_.as<float>(), w.postFeedforwardNorm, w.layerScalar, nextNorm, normed, H, rows, stats);
         }
-        // PLE block, then layer_scalar and the next norm.
+        // PLE block, then layer_scalar and the next norm. A decode step runs the post-FFN norm's
+        // residual update in the gate matvec's staging and gelu(gate) ⊙ per-layer input in its
+        // store: one launch instead of three (docs/PERFORMANCE.md version 16).
         const std::int64_t P = c.hiddenSizePerLayerInput;
+        const float* layerInput = perLayerInputs_.as<float>() + static_cast<std::int64_t>(l) * P;
+        const bool gateInStore = rows == 1 && !(blas_ && rows >= gemmMinRows_);
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postFeedforwardNorm, 1.0f, nullptr, nullptr, H, rows, stats));
-        GEMMA_RETURN_IF_ERROR(matvec(w.perLayerGate, residualNow_, H, perLayerGate_.as<float>(), P, rows, stats));
-        {
+        GEMMA_RETURN_IF_ERROR(
+            matvec(w.perLayerGate, residualNow_, H, perLayerGate_.as<float>(), P, rows, stats, nullptr, {}, gateInStore ? layerInput : nullptr));
+        if (!gateInStore) {
             Timed timed(*this, stats, Bucket::NormElementwise);
             kc::PleGateParams p;
             p.gate = perLayerGate_.as<float>();
             p.gateStride = P;
-            p.perLayerInput = perLayerInputs_.as<float>() + static_cast<std::int64_t>(l) * P;
+            p.perLayerInput = layerInput;
             p.inputStride = c.numLayers * P;
             p.n = P;
             p.rows = rows;
@@ -1643,7 +1659,7 @@ private:
     bool tensorCoreAttention_ = true;
     bool persistentLmHead_ = true;
     bool clusterAttention_ = true;
-    bool fuseFullAttention_ = true;
+    bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
@@ -1659,6 +1675,7 @@ private:
         const float* branchWeight = nullptr;
         float layerScalar = 1.0f;
         const float* outWeight = nullptr;
+        bool normalizeOutput = true;  // false: a residual update only (the consumer reads residualNow_)
     };
     PendingNorm pendingNorm_;
     DeviceBuffer residualAlternate_;

@@ -308,6 +308,7 @@ struct MmaArgs {
     std::int64_t in;
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
+    const float* geluGate;            // Fp4MatvecParams::geluGate (segment 0 only, not with GeGLU)
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -667,9 +668,11 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
         if (nm.residualOut && blockIdx.x == 0 && live && first + f * 4 < in) *reinterpret_cast<float4*>(nm.residualOut + first + f * 4) = v[0][f];
         ss += squares4(v[0][f]);
     }
-    const float inv = rsqrtf(blockSum(ss, scratch) / n + nm.eps);
+    if (nm.normalizeOutput) {  // uniform across the block
+        const float inv = rsqrtf(blockSum(ss, scratch) / n + nm.eps);
 #pragma unroll
-    for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), weight4(nm.outWeight, f));
+        for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), weight4(nm.outWeight, f));
+    }
     convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors);
 }
 
@@ -737,6 +740,7 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
     }
     float v = sum * postscale;
     if constexpr (GEGLU) v = geluTanh(v) * (upSum * postscale);
+    else if (args.geluGate) v = geluTanh(v) * args.geluGate[row];  // segment 0 only (the launcher)
     S.y[row] = v;
 }
 
@@ -1019,6 +1023,7 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.in = p.in;
     args.x = p.x;
     args.norm = p.inputNorm;
+    args.geluGate = p.geluGate;
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
@@ -1078,6 +1083,8 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
             return KernelStatus::InvalidArgument;
     }
     if (GEGLU && (!p.upCodes || !p.upScales)) return KernelStatus::InvalidArgument;
+    // The gelu gate lives in the tensor-core kernel's store of one weight's rows.
+    if (p.geluGate && (GEGLU || p.extraCount != 0 || p.rows != 1 || p.forceCudaCores)) return KernelStatus::InvalidArgument;
     if (p.out < 1 || p.in < 1 || p.rows < 1) return KernelStatus::InvalidArgument;
     if ((!normed && (p.xStride < p.in || p.xStride % 4 != 0)) || p.yStride < p.out)
         return KernelStatus::InvalidArgument;
@@ -1104,7 +1111,7 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.rows == 1 && !p.forceCudaCores) {
         const KernelStatus status = launchMma<GEGLU>(p, facts, stream);
-        if (status != KernelStatus::Unsupported || normed) return status;
+        if (status != KernelStatus::Unsupported || normed || p.geluGate) return status;
         // x does not fit in shared memory: the CUDA-core kernel reads it from global memory.
     }
     // The CUDA-core kernel, one launch per segment.

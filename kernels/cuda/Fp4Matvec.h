@@ -84,9 +84,17 @@ struct Fp4MatvecParams {
         const float* outWeight = nullptr;
         float* residualOut = nullptr;
         float eps = 1e-6f;
+        // false: x = r itself, without the output norm (outWeight ignored): the per-layer-input
+        // block's gate reads the updated residual stream, not a normed copy (GEMMA4.md §2.4).
+        bool normalizeOutput = true;
     };
     InputNorm inputNorm;
     static constexpr std::int64_t kInputNormMaxIn = 4096;
+    // Optional epilogue (batch 1 on the tensor-core path, the default; one weight, no extras, not
+    // with GeGLU; refused elsewhere): y[o] = gelu_tanh((W·x)[o]) · geluGate[o], the per-layer-input
+    // gate (GEMMA4.md §2.4: gelu(per_layer_input_gate(h)) ⊙ per-layer input) in the matvec's own
+    // store instead of a kernel of its own. geluGate: `out` floats, read after the dependency wait.
+    const float* geluGate = nullptr;
     int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
 };

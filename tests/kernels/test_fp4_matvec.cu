@@ -770,7 +770,8 @@ void runProgrammaticChain(std::mt19937_64& rng, Report& report) {
 // Shapes: the 12b q/k/v launch (in 3840), the 12b GeGLU in the tiled layout, the widest allowed
 // (4096: every thread a piece), e2b's width, odd widths (200, 36: groups past `in`).
 // Variants: without a branch (the first layer's plain norm), unweighted, layer scalar != 1, no
-// residual write. Plus a programmatic chain (the branch produced by the previous matvec) and the
+// residual write; the per-layer-input gate's form (InputNorm::normalizeOutput false: x = r, and
+// the geluGate epilogue y = gelu(W·x) ⊙ gate, gate random and poisoned past `out`). Plus a programmatic chain (the branch produced by the previous matvec) and the
 // launcher's refusals.
 struct NormCase {
     std::string name;
@@ -779,6 +780,8 @@ struct NormCase {
     int segments;
     bool geglu, tiled, branch, weights, writeResidual;
     float layerScalar;
+    bool residualOnly = false;  // InputNorm::normalizeOutput false
+    bool geluGate = false;      // Fp4MatvecParams::geluGate
 };
 
 // FP64 reference of the input norm (RmsNorm.h's function): r = (residual + rmsNorm(branch;
@@ -788,7 +791,7 @@ struct NormChain {
     std::vector<double> r, x;
 };
 NormChain referenceInputNorm(const std::vector<float>& residual, const float* branch, const float* branchWeight, double scalar,
-                             const float* outWeight) {
+                             const float* outWeight, bool normalizeOutput = true) {
     const std::size_t n = residual.size();
     NormChain c{std::vector<double>(n), std::vector<double>(n)};
     double ss = 0, ss2 = 0;
@@ -801,7 +804,7 @@ NormChain referenceInputNorm(const std::vector<float>& residual, const float* br
         ss2 += c.r[i] * c.r[i];
     }
     const double inv2 = 1.0 / std::sqrt(ss2 / static_cast<double>(n) + 1e-6);
-    for (std::size_t i = 0; i < n; ++i) c.x[i] = c.r[i] * inv2 * (outWeight ? outWeight[i] : 1.0);
+    for (std::size_t i = 0; i < n; ++i) c.x[i] = normalizeOutput ? c.r[i] * inv2 * (outWeight ? outWeight[i] : 1.0) : c.r[i];
     return c;
 }
 
@@ -821,6 +824,10 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
         {"e2b gate/up", 1536, {1000, 0, 0}, 1, true, false, true, false, true, 1.0f},
         {"odd 200 unweighted", 200, {77, 0, 0}, 1, false, false, true, false, true, 1.0f},
         {"odd 36 scalar only", 36, {33, 0, 0}, 1, true, false, false, false, true, 0.5f},
+        {"e2b per-layer-input gate", 1536, {256, 0, 0}, 1, false, true, true, true, true, 1.0f, true, true},
+        {"e4b per-layer-input gate rows", 2560, {256, 0, 0}, 1, false, false, true, true, true, 1.0f, true, true},
+        {"odd 200 residual only", 200, {77, 0, 0}, 1, false, false, true, false, true, 0.5f, true, false},
+        {"odd 36 gelu gate", 36, {33, 0, 0}, 1, false, false, true, true, false, 1.0f, false, true},
     };
     for (const NormCase& k : cases) {
         const std::int64_t in = k.in;
@@ -833,7 +840,12 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
         dOw.upload(ow);
         dResidualOut.poison();
         const NormChain chain = referenceInputNorm(residual, k.branch ? branch.data() : nullptr, k.weights ? bw.data() : nullptr,
-                                                   k.layerScalar, k.weights ? ow.data() : nullptr);
+                                                   k.layerScalar, k.weights ? ow.data() : nullptr, !k.residualOnly);
+        // The gate vector: `out` values, then NaN past `out` (must not be read).
+        std::vector<float> gate = randomFloats(static_cast<std::size_t>(k.outs[0]), rng, -3.f, 3.f);
+        DeviceBuffer<float> dGate(static_cast<std::size_t>(k.outs[0]) + 16);
+        dGate.poison();
+        dGate.upload(gate);
 
         const int weights = k.geglu ? 2 : k.segments;
         std::vector<Fp4Matrix> ws;
@@ -864,6 +876,8 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
         p.inputNorm.outWeight = k.weights ? dOw.ptr : nullptr;
         p.inputNorm.layerScalar = k.layerScalar;
         p.inputNorm.residualOut = k.writeResidual ? dResidualOut.ptr : nullptr;
+        p.inputNorm.normalizeOutput = !k.residualOnly;
+        if (k.geluGate) p.geluGate = dGate.ptr;
         for (auto& d : dys) d.poison();
         HCHECK_STATUS(k.geglu ? gemma::cuda::launchFp4GegluMatvec(p, nullptr) : gemma::cuda::launchFp4Matvec(p, nullptr));
         HCHECK(cudaDeviceSynchronize());
@@ -876,7 +890,9 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
             for (std::int64_t o = 0; o < k.outs[s]; ++o) {
                 const double dot = referenceDotD(deq, in, o, chain.x);
                 got.push_back(y[o]);
-                ref.push_back(k.geglu ? geluTanhRef(dot) * referenceDotD(deqUp, in, o, chain.x) : dot);
+                ref.push_back(k.geglu      ? geluTanhRef(dot) * referenceDotD(deqUp, in, o, chain.x)
+                              : k.geluGate ? geluTanhRef(dot) * gate[static_cast<std::size_t>(o)]
+                                           : dot);
             }
             report.add(tag + " y segment " + std::to_string(s), compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4);
         }
@@ -954,6 +970,26 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
             status([](Fp4MatvecParams& p) { p.inputNorm.branch = p.inputNorm.residualIn + 1; }) == KernelStatus::InvalidArgument;
         report.addCheck("launcher refuses the input norm off its path (batch, fp16 x, CUDA cores, aliasing, in % 4, in > 4096, alignment)",
                         refused, "");
+        // The gelu gate: one weight's rows on the tensor-core path only.
+        auto gated = [&](auto&& edit) {
+            Fp4MatvecParams p = oneVector(w, 16, 256, a.ptr, y.ptr);
+            p.geluGate = b.ptr;
+            edit(p);
+            return gemma::cuda::launchFp4Matvec(p, nullptr);
+        };
+        Fp4MatvecParams g = oneVector(w, 16, 256, a.ptr, y.ptr);
+        g.geluGate = b.ptr;
+        g.upCodes = w.codes.ptr;
+        g.upScales = w.scales.ptr;
+        const bool gateRefused =
+            gated([](Fp4MatvecParams& p) { p.rows = 2; }) == KernelStatus::InvalidArgument &&
+            gated([](Fp4MatvecParams& p) { p.forceCudaCores = true; }) == KernelStatus::InvalidArgument &&
+            gated([&](Fp4MatvecParams& p) {
+                p.extra[0] = {w.codes.ptr, w.scales.ptr, 16, b.ptr};
+                p.extraCount = 1;
+            }) == KernelStatus::InvalidArgument &&
+            gemma::cuda::launchFp4GegluMatvec(g, nullptr) == KernelStatus::InvalidArgument;
+        report.addCheck("launcher refuses the gelu gate off its path (batch, CUDA cores, extras, GeGLU)", gateRefused, "");
         HCHECK(cudaDeviceSynchronize());
     }
 }

@@ -178,8 +178,8 @@ struct OpenOptions {
     // matvec that consumes them (Fp4MatvecParams::inputNorm): no norm kernels between the layers'
     // matvecs (docs/PERFORMANCE.md version 7). false: separate norm kernels (comparisons).
     bool fusedNorms = true;
-    // CUDA: the decode attention of full layers that are not fused (query groups larger than 4 per
-    // KV head: the 12b's, 31b's and e2b's full layers) runs its split pieces on tensor cores, the prefill's
+    // CUDA: the decode attention of full layers (every preset's, since fuseFullAttention is off by
+    // default) runs its split pieces on tensor cores, the prefill's
     // flash-attention kernel over pieces of the band (AttentionDecodeParams::tensorCores: q, K, V and
     // P rounded to fp16, fp32 softmax; ~1e-3 of max|out|, like the prefill's attention).
     // docs/PERFORMANCE.md version 8. false: the fp32 CUDA-core split kernel (comparisons).
@@ -190,12 +190,15 @@ struct OpenOptions {
     // summation order: within fp32 rounding of the split kernel). docs/PERFORMANCE.md version 11.
     // false: the fused split kernel (comparisons).
     bool clusterAttention = true;
-    // CUDA, experiments for the small presets and for depth (docs/PERFORMANCE.md version 15,
-    // levers): fuseFullAttention false sends full layers that fusedAttention would fuse (groups of
-    // at most 4, e4b's) to the tensor-core pieces instead (as the 12b's full layers run);
-    // tensorCoreSlidingAttention sends the sliding layers' decode attention to the tensor-core
-    // pieces instead of the cluster or fused forms. Both choose among existing kernels.
-    bool fuseFullAttention = true;
+    // CUDA: fuseFullAttention true runs full layers with query groups of at most 4 (e4b's) on the
+    // fused split kernel (fp32, one launch) instead of the tensor-core pieces every other full layer
+    // runs on: exact to fp32 rounding, but e4b decodes 8.6 % slower that way on the H200
+    // (docs/PERFORMANCE.md version 16 step 1), so it is off by default and kept for the exact
+    // parity cases and comparisons. tensorCoreSlidingAttention sends the sliding layers' decode
+    // attention to the tensor-core pieces instead of the cluster or fused forms (an experiment for
+    // depth; lost at depth 32000 in version 16 step 1: the separate merges cost more than the
+    // pieces save). Both choose among existing kernels.
+    bool fuseFullAttention = false;
     bool tensorCoreSlidingAttention = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
