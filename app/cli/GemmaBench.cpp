@@ -154,7 +154,6 @@ int main(int argc, char** argv) {
          {"no-gemm-prefill", false, "prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"no-pdl", false, "launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
          {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
-         {"bulk-matvec", false, "batch-1 FP4 matvecs stream their weights through a shared-memory ring filled by the copy engine (sm_90+; experiment)"},
          {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
@@ -239,7 +238,6 @@ int main(int argc, char** argv) {
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     options.programmaticLaunch = !cli.has("no-pdl");
     options.integerMatvec = !cli.has("fp16-matvec");
-    options.bulkMatvec = cli.has("bulk-matvec");
     options.tiledWeights = !cli.has("row-layout");
     options.fusedAttention = !cli.has("separate-attention");
     options.fusedNorms = !cli.has("separate-norms");

@@ -185,7 +185,7 @@ public:
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
-          persistentLmHead_(options.persistentLmHead), bulkMatvec_(options.bulkMatvec), clusterAttention_(options.clusterAttention),
+          persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
@@ -286,7 +286,7 @@ public:
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
-               (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") + (bulkMatvec_ ? ", bulk-copy matvec" : "") +
+               (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
@@ -964,7 +964,6 @@ private:
         p.rows = rows;
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
-        p.bulkCopies = bulkMatvec_;
         p.tiled = w.tiled;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
@@ -1659,7 +1658,6 @@ private:
     bool fusedNorms_ = true;
     bool tensorCoreAttention_ = true;
     bool persistentLmHead_ = true;
-    bool bulkMatvec_ = false;
     bool clusterAttention_ = true;
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;

@@ -57,8 +57,6 @@
 // the +0 padding).
 #include "Fp4Matvec.h"
 
-#include <algorithm>
-
 #include <kernels/Fp4Decode.h>
 #include <kernels/WeightFormats.h>
 
@@ -892,171 +890,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         for (int t = 0; t < myTiles; ++t) flush(t);
 }
 
-// ---- the bulk-copy ring (Fp4MatvecParams::bulkCopies: sm_90+, integer x, tiled layout) ---------
-// The register pipeline above holds its items in flight in registers (D items of 1 KB per warp,
-// within the 128 registers two blocks per SM allow), so bytes in flight are capped by the
-// register file. Here the weights stream through a ring of shared-memory stages filled by the
-// copy engine (cp.async.bulk, completion counted on one mbarrier per stage): a stage is 8 items
-// of one tile (one 128-input group per warp, consecutive groups: in the tiled layout 8 KB of codes
-// and 256 bytes of scale words, each one contiguous copy; GeGLU adds the up weight's), and the
-// ring holds as many stages as the shared memory beside x's planes allows (up to 8, 67 KB plain).
-// Warp w takes group chunk·8 + w of each stage, i.e. groups w, w+8, ... of every tile, in the
-// register kernel's order, with the same arithmetic (groupDotInteger, the same flush): the
-// outputs are bit-identical to it. A warp copies its item from the stage into registers, then
-// releases the stage (the warp's loads ordered before a shared-memory counter); the eighth warp
-// to release it issues the copies of the stage `ring` ahead into it, so no thread waits to refill.
-// Thread 0 issues the first `ring` stages before the dependency wait (weights do not depend on the
-// previous kernel), as the register kernel's first fetches.
-constexpr int kBulkMaxStages = 8;
-constexpr int kBulkStageGroups = kMmaWarps;                    // one group per warp per stage
-constexpr int kBulkStageCodeBytes = kBulkStageGroups * 1024;   // tiled items of 1 KB
-constexpr int kBulkStageScaleBytes = kBulkStageGroups * 32;    // 8 scale words per item
-__host__ __device__ constexpr int bulkStageBytes(bool geglu) { return (geglu ? 2 : 1) * (kBulkStageCodeBytes + kBulkStageScaleBytes); }
-// The ring starts past x's planes, factors and constant columns, 128-byte aligned.
-__host__ __device__ constexpr std::int64_t bulkRingOffset(std::int64_t groups) { return (integerXBytes(groups) + 127) / 128 * 128; }
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ std::uint32_t sharedAddress(const void* p) { return static_cast<std::uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void stageBarrierInit(std::uint64_t* bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sharedAddress(bar)) : "memory");
-}
-// The barrier's inits visible to the copy engine (the async proxy) before the first copy.
-__device__ __forceinline__ void stageBarrierInitFence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-// This thread's arrival, announcing `bytes` of copies that complete the barrier's phase.
-__device__ __forceinline__ void stageBarrierExpect(std::uint64_t* bar, std::uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(bar)), "r"(bytes) : "memory");
-}
-// dst (shared, 16-byte aligned) <- src (global, 16-byte aligned), bytes % 16 == 0, counted on bar.
-__device__ __forceinline__ void bulkCopy(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sharedAddress(dst)),
-                 "l"(src), "r"(bytes), "r"(sharedAddress(bar))
-                 : "memory");
-}
-__device__ __forceinline__ void stageBarrierWait(std::uint64_t* bar, std::uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT;\n}\n" ::"r"(
-            sharedAddress(bar)),
-        "r"(parity)
-        : "memory");
-}
-// Earlier shared-memory reads of this thread (and, through the warp's __syncwarp, its warp's)
-// ordered before the copy engine's writes.
-__device__ __forceinline__ void asyncProxyFence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-#endif
-
-template <bool GEGLU>
-__global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecBulkKernel(MmaArgs args, int tiles, int ring) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr int W = GEGLU ? 2 : 1;  // weights per stage (gate, up)
-    extern __shared__ float4 xsRaw[];
-    __shared__ float partial[2][kMmaWarps][W][kMmaTileRows];
-    __shared__ float normScratch[32];
-    __shared__ alignas(8) std::uint64_t full[kBulkMaxStages];
-    __shared__ int released[kBulkMaxStages];
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const int g = lane >> 2;
-    const int q = lane & 3;
-    const std::int64_t in = args.in;
-    const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
-    const int chunks = (groups + kBulkStageGroups - 1) / kBulkStageGroups;
-    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
-    const int stages = myTiles * chunks;
-    std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
-    float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
-    std::uint8_t* const ringBase = intPlanes + bulkRingOffset(groups);
-    auto stageCodes = [&](int s, int w) { return ringBase + s * bulkStageBytes(GEGLU) + w * kBulkStageCodeBytes; };
-    auto stageScales = [&](int s, int w) {
-        return reinterpret_cast<std::uint32_t*>(ringBase + s * bulkStageBytes(GEGLU) + W * kBulkStageCodeBytes + w * kBulkStageScaleBytes);
-    };
-    // The copies of stage k (tile k / chunks of this block, groups of chunk k % chunks) into slot k % ring.
-    auto issue = [&](int k) {
-        const int s = k % ring;
-        const int tile = static_cast<int>(blockIdx.x) + (k / chunks) * static_cast<int>(gridDim.x);
-        const int first = (k % chunks) * kBulkStageGroups;
-        const MmaSegment& S = args.segment[segmentOf(args, tile)];
-        const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups + first;
-        const int n = min(kBulkStageGroups, groups - first);
-        stageBarrierExpect(&full[s], static_cast<std::uint32_t>(W * n * (1024 + 32)));
-        bulkCopy(stageCodes(s, 0), S.codes + item0 * 1024, n * 1024, &full[s]);
-        bulkCopy(stageScales(s, 0), reinterpret_cast<const std::uint32_t*>(S.scales) + item0 * 8, n * 32, &full[s]);
-        if constexpr (GEGLU) {
-            bulkCopy(stageCodes(s, 1), S.upCodes + item0 * 1024, n * 1024, &full[s]);
-            bulkCopy(stageScales(s, 1), reinterpret_cast<const std::uint32_t*>(S.upScales) + item0 * 8, n * 32, &full[s]);
-        }
-    };
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ring; ++s) {
-            stageBarrierInit(&full[s]);
-            released[s] = 0;
-        }
-        stageBarrierInitFence();
-        for (int k = 0; k < ring && k < stages; ++k) issue(k);
-    }
-    allowDependentsToStart();
-    gridDependencyWait();
-    writeConstantColumns(intPlanes, groups);
-    if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
-    else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
-    __syncthreads();  // x's planes, and the barriers' inits, seen by every thread
-    const IntegerLane intLane = integerLane(g, q, intPlanes, intFactors, groups);
-
-    float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
-    float intAcc[4] = {0.f, 0.f, 0.f, 0.f}, intUpAcc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int k = 0; k < stages; ++k) {
-        const int s = k % ring;
-        const int chunk = k % chunks;
-        const int G = chunk * kBulkStageGroups + warp;
-        const bool has = G < groups;
-        stageBarrierWait(&full[s], static_cast<std::uint32_t>((k / ring) & 1));
-        GroupLoad item{}, upItem{};
-        if (has) {
-            const uint4* c = reinterpret_cast<const uint4*>(stageCodes(s, 0)) + warp * 64 + lane;
-            item.rowA = c[0];
-            item.rowB = c[32];
-            item.scales = stageScales(s, 0)[warp * 8 + g];
-            if constexpr (GEGLU) {
-                const uint4* u = reinterpret_cast<const uint4*>(stageCodes(s, 1)) + warp * 64 + lane;
-                upItem.rowA = u[0];
-                upItem.rowB = u[32];
-                upItem.scales = stageScales(s, 1)[warp * 8 + g];
-            }
-        }
-        __syncwarp();
-        if (lane == 0) {
-            __threadfence_block();
-            if (atomicAdd(&released[s], 1) == kMmaWarps - 1) {  // the last reader refills the slot
-                released[s] = 0;
-                if (k + ring < stages) {
-                    asyncProxyFence();
-                    issue(k + ring);
-                }
-            }
-        }
-        if (has) {
-            const IntegerX xg = loadIntegerX(intLane.b, G);
-            groupDotInteger(item, xg, intLane.fold, intAcc);
-            if constexpr (GEGLU) groupDotInteger(upItem, xg, intLane.fold, intUpAcc);
-        }
-        if (chunk == chunks - 1) {  // the tile's end: as the register kernel's flush
-            const int mine = k / chunks;
-            const int buffer = mine & 1;
-            integerRowSums(intAcc, intLane, accA, accB);
-            if constexpr (GEGLU) integerRowSums(intUpAcc, intLane, upAccA, upAccB);
-            if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
-            accA = accB = upAccA = upAccB = 0.0f;
-            __syncthreads();
-            if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
-                storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], 1.0f);
-        }
-    }
-#else
-    (void)args;
-    (void)tiles;
-    (void)ring;
-#endif
-}
-
 // ---- host launcher ---------------------------------------------------------------------------------
 constexpr int kThreads = 256;
 
@@ -1174,36 +1007,6 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
 }
 
-// The bulk-copy ring (fp4MatvecBulkKernel): as many stages as fit beside x in a block's share of
-// the SM (two blocks per SM), at most kBulkMaxStages. Returns cudaErrorNotSupported, launching
-// nothing, where fewer than two stages fit or the copy engine's 16-byte alignment does not hold.
-template <bool GEGLU>
-cudaError_t launchBulk(const MmaArgs& args, int tiles, std::int64_t groups, const DeviceFacts& facts, bool programmatic,
-                       cudaStream_t stream) {
-    constexpr std::int64_t kStaticReserve = 4096;  // the kernel's static shared memory and the block's reserve
-    const std::int64_t perBlock = std::min<std::int64_t>(facts.maxSharedPerSm / 2, facts.maxSharedPerBlockOptin) - kStaticReserve;
-    const std::int64_t ring = std::min<std::int64_t>(kBulkMaxStages, (perBlock - bulkRingOffset(groups)) / bulkStageBytes(GEGLU));
-    if (facts.computeMajor < 9 || ring < 2) return cudaErrorNotSupported;
-    for (int s = 0; s < args.segments; ++s) {
-        const MmaSegment& seg = args.segment[s];
-        if (!aligned16(seg.codes) || !aligned16(seg.scales) || (GEGLU && (!aligned16(seg.upCodes) || !aligned16(seg.upScales))))
-            return cudaErrorNotSupported;
-    }
-    const std::size_t smem = static_cast<std::size_t>(bulkRingOffset(groups) + ring * bulkStageBytes(GEGLU));
-    static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecBulkKernel<GEGLU>;
-    if (smem > raised) {
-        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        if (err != cudaSuccess) return err;
-        raised = smem;
-    }
-    const int resident = 2 * facts.smCount;
-    const int rounds = (tiles + resident - 1) / resident;
-    const int blocks = (tiles + rounds - 1) / rounds;
-    return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles,
-                        static_cast<int>(ring));
-}
-
 // x as fp16 hi + lo (split) or one fp16: the two fp16 instances of a variant.
 template <bool GEGLU, int D, int GPI, bool TILED = false>
 cudaError_t launchFp16Variant(XForm form, const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
@@ -1245,10 +1048,6 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    if (p.bulkCopies && p.tiled && form == XForm::Integer) {
-        err = launchBulk<GEGLU>(args, tiles, groups, facts, pdl, stream);
-        if (err != cudaErrorNotSupported) return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
-    }
     if (p.tiled && form == XForm::Integer) {
         if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
         else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);

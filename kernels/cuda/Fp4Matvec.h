@@ -60,12 +60,6 @@ struct Fp4MatvecParams {
     // CUDA backend tiles its weights at load (Fp4Tile.cu): the tensor-core kernel's loads become
     // contiguous 512-byte reads. Not with twoGroupItems.
     bool tiled = false;
-    // Tiled integer path on sm_90+: the weights stream through a shared-memory ring filled by the
-    // copy engine (cp.async.bulk) instead of each warp's register pipeline, so the bytes in flight
-    // are not capped by the registers (Fp4Matvec.cu, "the bulk-copy ring"); bit-identical outputs.
-    // Needs 16-byte aligned scales too; elsewhere, or where fewer than two stages fit beside x in
-    // shared memory, the register pipeline runs. An experiment (docs/PERFORMANCE.md version 16).
-    bool bulkCopies = false;
     // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
     // start while the previous kernel in the stream finishes; it prefetches its first weights and
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The

@@ -337,23 +337,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " tiled layout bit-identical to the row layout",
                         sameBits(got, dy.download(), s.out), "");
     };
-    // The bulk-copy ring (Fp4MatvecParams::bulkCopies) runs the register kernel's arithmetic in
-    // its order: bit-identical to the default tiled launch (on devices without it, the default).
-    auto checkBulk = [&](const Fp4MatvecParams& tiledParams, bool geglu, const std::vector<float>& got) {
-        Fp4MatvecParams bulk = tiledParams;
-        bulk.bulkCopies = true;
-        dy.poison();
-        HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(bulk, nullptr) : gemma::cuda::launchFp4Matvec(bulk, nullptr));
-        HCHECK(cudaDeviceSynchronize());
-        const std::vector<float> again = dy.download();
-        bool gaps = true;
-        for (int r = 0; r < rows; ++r)
-            for (std::int64_t o = s.out; o < yStride; ++o) gaps &= std::isnan(again[r * yStride + o]);
-        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " bulk-copy ring bit-identical, no stray writes",
-                        sameBits(got, again, s.out) && gaps, "");
-    };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
-    if (path == Path::Tiled && rows == 1) checkBulk(p, false, y);
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -431,7 +415,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
         if (isTiled(path)) checkAgainstRows(g, true, yg, &du);
-        if (path == Path::Tiled && rows == 1) checkBulk(g, true, yg);
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -458,13 +441,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             // The tiled copies (dummies of a few bytes on the other paths).
             const Rotation<std::uint8_t> tcg(tiled.codes, copies), tcu(upTiled.codes, copies);
             const Rotation<std::uint32_t> tsg(tiled.scales, copies), tsu(upTiled.scales, copies);
-            auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false, bool sameCopy = false, bool programmatic = false,
-                                 bool bulk = false) {
+            auto timeGeglu = [&](bool cudaCores, bool singleHalf, bool fp16 = false, bool sameCopy = false, bool programmatic = false) {
                 return medianMicros(
                     [&](int i) {
                         Fp4MatvecParams t = g;
                         t.programmaticLaunch = programmatic;
-                        t.bulkCopies = bulk;
                         const int c = sameCopy ? 0 : i % copies;
                         t.codes = t.tiled ? tcg.at(c) : cg.at(c);
                         t.upCodes = t.tiled ? tcu.at(c) : cu.at(c);
@@ -496,16 +477,13 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                             return std::vector<std::pair<const void*, std::size_t>>{
                                 {tcg.at(c), codeBytes}, {tcu.at(c), codeBytes}, {tsg.at(c), scaleBytes}, {tsu.at(c), scaleBytes}};
                         })};
-                const double bulkUs = timeGeglu(false, false, false, false, false, true);
-                const double bulkProgrammaticUs = timeGeglu(false, false, false, false, true, true);
                 g.tiled = false;  // the timing loop sets the row-layout copies' pointers
                 const double registers = timeGeglu(false, false);
                 g.tiled = true;
-                char line[320];
-                std::snprintf(line, sizeof line,
-                              "%-28s %6lld x %-6lld geglu  tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s | bulk ring %6.2f us, programmatic %6.2f us",
+                char line[256];
+                std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
                               s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
-                              bytes / registers * 1e-3, bulkUs, bulkProgrammaticUs);
+                              bytes / registers * 1e-3);
                 perfLines.push_back(line + contextColumns(context, bytes));
             } else {
                 const double us = timeGeglu(false, false);
@@ -529,12 +507,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         const Rotation<std::uint32_t> tss(tiled.scales, copies);
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
         auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false,
-                               bool fp16 = false, bool sameCopy = false, bool programmatic = false, bool bulk = false) {
+                               bool fp16 = false, bool sameCopy = false, bool programmatic = false) {
             return medianMicros(
                 [&](int i) {
                     Fp4MatvecParams t = p;
                     t.programmaticLaunch = programmatic;
-                    t.bulkCopies = bulk;
                     const int c = sameCopy ? 0 : i % copies;
                     t.codes = t.tiled ? tcc.at(c) : cc.at(c);
                     t.scales = t.tiled ? reinterpret_cast<const std::uint16_t*>(tss.at(c)) : ss.at(c);
@@ -563,15 +540,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         gemma::cuda::launchFp4Matvec(t, nullptr);
                     },
                     [&](int c) { return std::vector<std::pair<const void*, std::size_t>>{{tcc.at(c), codeBytes}, {tss.at(c), scaleBytes}}; })};
-            const double bulkUs = timeVariant(false, 0, false, false, false, false, false, false, true);
-            const double bulkProgrammaticUs = timeVariant(false, 0, false, false, false, false, false, true, true);
             p.tiled = false;
             const double registers = timeVariant(false, 0, false, false);
-            char line[320];
-            std::snprintf(line, sizeof line,
-                          "%-28s %6lld x %-6lld matvec tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s | bulk ring %6.2f us, programmatic %6.2f us",
+            char line[256];
+            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
                           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
-                          bytes / registers * 1e-3, bulkUs, bulkProgrammaticUs);
+                          bytes / registers * 1e-3);
             perfLines.push_back(line + contextColumns(context, bytes));
             return;
         }
@@ -656,22 +630,6 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
                                 (twoGroups ? " two-group items" : "") + (fp16 ? " fp16-x" : "") + (tiled ? " tiled" : "");
         report.add(tag, compare(got.data(), ref.data(), got.size()), 1e-4, 1e-4, gapsIntact ? "" : "(wrote past out!)");
         if (!gapsIntact) report.addCheck(tag + " no stray writes", false, "");
-    }
-    // The bulk-copy ring over the same three segments: bit-identical (batch 1, integer x, tiled).
-    if (tiled && rows == 1 && !fp16 && !twoGroups) {
-        std::vector<std::vector<float>> before;
-        for (auto& d : dys) before.push_back(d.download());
-        Fp4MatvecParams bulk = p;
-        bulk.bulkCopies = true;
-        for (auto& d : dys) d.poison();
-        HCHECK_STATUS(gemma::cuda::launchFp4Matvec(bulk, nullptr));
-        HCHECK(cudaDeviceSynchronize());
-        bool same = true;
-        for (int k = 0; k < 3; ++k) {
-            const std::vector<float> y = dys[k].download();
-            for (std::size_t i = 0; i < y.size(); ++i) same &= std::memcmp(&y[i], &before[k][i], sizeof(float)) == 0 || (std::isnan(y[i]) && std::isnan(before[k][i]));
-        }
-        report.addCheck("fused " + name + " bulk-copy ring bit-identical", same, "");
     }
 }
 
@@ -947,22 +905,6 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
             report.addCheck(tag + " residual out not written", untouched, "");
         }
         report.addCheck(tag + " residual in and branch intact", dResidual.download() == residual && dBranch.download() == branch, "");
-        if (k.tiled) {  // the bulk-copy ring with the folded norm (and gate): bit-identical
-            std::vector<std::vector<float>> before;
-            for (auto& d : dys) before.push_back(d.download());
-            Fp4MatvecParams bulk = p;
-            bulk.bulkCopies = true;
-            for (auto& d : dys) d.poison();
-            dResidualOut.poison();
-            HCHECK_STATUS(k.geglu ? gemma::cuda::launchFp4GegluMatvec(bulk, nullptr) : gemma::cuda::launchFp4Matvec(bulk, nullptr));
-            HCHECK(cudaDeviceSynchronize());
-            bool same = true;
-            for (int s = 0; s < k.segments; ++s) same &= dys[s].download() == before[s];
-            const std::vector<float> rAgain = dResidualOut.download();
-            for (std::size_t i = 0; i < rAgain.size(); ++i)
-                same &= k.writeResidual ? rAgain[i] == rOut[i] : std::isnan(rAgain[i]);
-            report.addCheck(tag + " bulk-copy ring bit-identical", same, "");
-        }
     }
 
     // Programmatic chain: a matvec writes the branch, the normed matvec launched programmatically

@@ -210,11 +210,6 @@ struct OpenOptions {
     // 0.234 against 0.249 ms in the 12b step's kernel timeline, docs/PERFORMANCE.md version 15).
     // false: the one-shot grid of 4-row warps, launched programmatically like the other kernels.
     bool persistentLmHead = true;
-    // CUDA (sm_90+): the batch-1 FP4 matvecs stream their tiled weights through a shared-memory
-    // ring filled by the copy engine instead of each warp's register pipeline
-    // (Fp4MatvecParams::bulkCopies; the same outputs, bit for bit). An experiment, off by default
-    // (docs/PERFORMANCE.md version 16).
-    bool bulkMatvec = false;
     // CUDA: instrumented decode steps (GenerationRequest::instrumentEvery) take their buckets from
     // the GPU's kernel timeline of the normal graph-replayed step (CUPTI, loaded at run time;
     // docs/PERFORMANCE.md version 10) instead of event pairs around direct launches. Falls back
