@@ -1,11 +1,15 @@
 // Engine behaviour beyond parity: cancellation, the benchmark API, tokenizer-less packages, the
-// bandwidth probe.
+// bandwidth probe, the memory estimate.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
+#include "Backend.h"
+#include "Package.h"
 #include "TestSupport.h"
 #include "gemma/Config.h"
 #include "gemma/Engine.h"
@@ -200,4 +204,73 @@ TEST(RandomPackage, PresetGeometryOpensAndRunsRawTokensOnly) {
     gemma::GenerationRequest chat;
     chat.messages = {{gemma::Role::User, "hello"}};
     EXPECT_EQ((*engine)->generate(chat, {}).status().code(), gemma::ErrorCode::Unsupported);
+}
+
+// Engine::estimateMemory reads the package header alone (the app shows it before loading): its
+// weights are the package's tensors, its KV cache the layers' slots (Backend.h kvCacheSlots, the
+// GPU's GEMM chunk lengthening the sliding rings) at the cache's element size (the CPU backend
+// keeps fp32 whatever is asked; the CUDA backend's bf16 cache is half the size), and a missing or
+// truncated package is an error, not a crash.
+TEST(MemoryEstimate, FollowsThePackageAndTheCacheType) {
+    ScratchDir dir("estimate");
+    gemma::test::TinyCheckpoint::make(3).write(dir / "hf");
+    const auto path = dir / "model.gemma";
+    ASSERT_TRUE(gemma::quantizeCheckpoint(dir / "hf", path, {}));
+    auto package = gemma::Package::open(path);
+    ASSERT_TRUE(package) << package.status().message();
+    std::int64_t tensorBytes = 0;
+    for (const auto& [name, tensor] : package->tensors()) tensorBytes += static_cast<std::int64_t>(tensor.bytes + tensor.scaleBytes);
+    const auto& c = package->config();
+    const auto expectedKv = [&](int allocation, int chunk, int elementBytes) {
+        std::int64_t bytes = 0;
+        for (const auto& g : c.layers) {
+            if (g.kvShared) continue;
+            bytes += 2 * gemma::kvCacheSlots(g.type == gemma::LayerType::Sliding, c.slidingWindow, allocation, chunk) * g.kvHeads *
+                     g.headDim * elementBytes;
+        }
+        return bytes;
+    };
+
+    gemma::OpenOptions cpu{gemma::Device::Cpu, 256};
+    const auto onCpu = gemma::Engine::estimateMemory(path, cpu);
+    ASSERT_TRUE(onCpu) << onCpu.status().message();
+    EXPECT_EQ(onCpu->weightBytes, tensorBytes);
+    EXPECT_GT(onCpu->weightBytes, 0);
+    EXPECT_LE(onCpu->weightBytes, static_cast<std::int64_t>(std::filesystem::file_size(path)));
+    EXPECT_EQ(onCpu->kvCacheBytes, expectedKv(256, gemma::kPrefillChunk, 4));
+    EXPECT_GT(onCpu->workspaceBytes, 0);
+    EXPECT_EQ(onCpu->total(), onCpu->weightBytes + onCpu->kvCacheBytes + onCpu->workspaceBytes);
+    cpu.kvCache = gemma::KvCacheType::Bf16;
+    const auto onCpuBf16 = gemma::Engine::estimateMemory(path, cpu);
+    ASSERT_TRUE(onCpuBf16);
+    EXPECT_EQ(onCpuBf16->kvCacheBytes, onCpu->kvCacheBytes);
+
+    gemma::OpenOptions gpu{gemma::Device::Cuda, 1024, gemma::KvCacheType::F32};
+    const auto f32 = gemma::Engine::estimateMemory(path, gpu);
+    ASSERT_TRUE(f32) << f32.status().message();
+    EXPECT_EQ(f32->weightBytes, tensorBytes);
+    EXPECT_EQ(f32->kvCacheBytes, expectedKv(1024, gpu.gemmPrefillChunk, 4));
+    EXPECT_GT(f32->workspaceBytes, onCpu->workspaceBytes);  // the GEMM prefill's chunk and FP16 weights
+    gpu.kvCache = gemma::KvCacheType::Bf16;
+    const auto bf16 = gemma::Engine::estimateMemory(path, gpu);
+    ASSERT_TRUE(bf16);
+    EXPECT_EQ(bf16->kvCacheBytes, expectedKv(1024, gpu.gemmPrefillChunk, 2));
+    EXPECT_EQ(2 * bf16->kvCacheBytes, f32->kvCacheBytes);
+    EXPECT_EQ(bf16->workspaceBytes, f32->workspaceBytes);
+    gpu.contextAllocation = 4096;  // a longer allocation grows the cache alone
+    const auto longer = gemma::Engine::estimateMemory(path, gpu);
+    ASSERT_TRUE(longer);
+    EXPECT_GT(longer->kvCacheBytes, bf16->kvCacheBytes);
+    EXPECT_EQ(longer->kvCacheBytes, expectedKv(4096, gpu.gemmPrefillChunk, 2));
+    EXPECT_EQ(longer->weightBytes, bf16->weightBytes);
+
+    EXPECT_FALSE(gemma::Engine::estimateMemory(dir / "missing.gemma", gpu));
+    {
+        std::ifstream in(path, std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::ofstream(dir / "truncated.gemma", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 3));
+    }
+    const auto truncated = gemma::Engine::estimateMemory(dir / "truncated.gemma", gpu);
+    ASSERT_FALSE(truncated);
+    EXPECT_FALSE(truncated.status().message().empty());
 }
