@@ -10,6 +10,14 @@
 //   empty            wait, then one thread writes a word: the boundary alone
 //   stage            + every block reads all of x (float4 loads, one pass) and one barrier
 //   stage+norm       + two block reductions (the folded input norm's sums of squares)
+//   stage, counters  as stage, but without griddepcontrol.wait: each block waits until every
+//                    block of the previous launch has counted its slice of y as written (one
+//                    counter per launch, release/acquire at GPU scope), the mechanism of
+//                    docs/PERFORMANCE.md's first lever (version 16), whose premise is that such a
+//                    wait costs less than the grid-wide dependency's. Safe from deadlock: a
+//                    dependent grid starts only after every block of the previous one has started
+//                    (launch_dependents at each block's start), so no spinning block holds out a
+//                    block it waits for. The counters are cleared by a memset node at the graph's start.
 // Each at the matvec's residency (two blocks of 256 threads per SM, shared memory sized so that
 // no third block and no block of the next launch fits beside them) and, for the shared-x
 // question, one block of 512 threads per SM.
@@ -32,15 +40,32 @@ constexpr int kLaunches = 256;
 constexpr int kReplays = 20;
 constexpr int kLoads = 16;  // float4 per thread at most: 15360 floats over 256 threads
 
-enum class Form { Empty, Stage, StageNorm };
+enum class Form { Empty, Stage, StageNorm, StageCounters };
+
+// Counter `c` at GPU scope: acquire load, release increment.
+__device__ __forceinline__ unsigned loadAcquire(const unsigned* c) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
+    return v;
+}
+__device__ __forceinline__ void addRelease(unsigned* c) { asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(c) : "memory"); }
 
 // x: the previous launch's output; y: this launch's (each block writes its slice), n floats.
+// counters (StageCounters only): one per launch of the chain; `launch` is this one's index.
 template <Form F>
-__global__ void hopKernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+__global__ void hopKernel(const float* __restrict__ x, float* __restrict__ y, int n, unsigned* counters, int launch) {
     extern __shared__ float4 staged[];
     __shared__ float scratch[32];
     allowDependentsToStart();
-    gridDependencyWait();
+    if constexpr (F == Form::StageCounters) {
+        // Every block of the previous launch has written its slice: one thread waits, the barrier
+        // passes the acquired view to the block.
+        if (threadIdx.x == 0 && launch > 0)
+            while (loadAcquire(counters + launch - 1) < gridDim.x) __nanosleep(32);
+        __syncthreads();
+    } else {
+        gridDependencyWait();
+    }
     if constexpr (F == Form::Empty) {
         if (blockIdx.x == 0 && threadIdx.x == 0) y[0] = x[0] + 1.0f;
         return;
@@ -52,7 +77,10 @@ __global__ void hopKernel(const float* __restrict__ x, float* __restrict__ y, in
 #pragma unroll
         for (int k = 0; k < kLoads; ++k) {
             const int i = threadIdx.x + k * blockDim.x;
-            v[k] = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            // Without the grid dependency's wait, x is read past L1 (.cg): the SM's L1 may hold the
+            // buffer from two launches ago.
+            if constexpr (F == Form::StageCounters) v[k] = i < n4 ? __ldcg(x4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            else v[k] = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         float ss = 0.0f;
 #pragma unroll
@@ -73,20 +101,28 @@ __global__ void hopKernel(const float* __restrict__ x, float* __restrict__ y, in
         const int slice = (n + gridDim.x - 1) / gridDim.x;
         const int i = blockIdx.x * slice + threadIdx.x;
         if (threadIdx.x < slice && i < n) y[i] = reinterpret_cast<const float*>(staged)[(i * 7) % n] * 0.5f + 0.25f;
+        if constexpr (F == Form::StageCounters) {
+            __syncthreads();  // the block's writes of y, then its count (release at GPU scope)
+            if (threadIdx.x == 0) addRelease(counters + launch);
+        }
     }
 }
 
 template <Form F>
-double microsPerLaunch(int blocks, int threads, std::size_t smem, int n, float* a, float* b, cudaStream_t stream) {
+double microsPerLaunch(int blocks, int threads, std::size_t smem, int n, float* a, float* b, unsigned* counters, cudaStream_t stream) {
     const auto kernel = hopKernel<F>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) return -1;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
+    if (F == Form::StageCounters && cudaMemsetAsync(counters, 0, kLaunches * sizeof(unsigned), stream) != cudaSuccess) {
+        cudaStreamEndCapture(stream, &graph);
+        return -1;
+    }
     for (int l = 0; l < kLaunches; ++l) {
         const float* in = l % 2 ? b : a;
         float* out = l % 2 ? a : b;
-        if (gemma::cuda::launchKernel(kernel, dim3(blocks), dim3(threads), smem, stream, true, in, out, n) != cudaSuccess) {
+        if (gemma::cuda::launchKernel(kernel, dim3(blocks), dim3(threads), smem, stream, true, in, out, n, counters, l) != cudaSuccess) {
             cudaStreamEndCapture(stream, &graph);
             return -1;
         }
@@ -134,6 +170,8 @@ int main() {
         return std::min(prop.sharedMemPerMultiprocessor / perSm - 2048, prop.sharedMemPerBlockOptin - 1024);
     };
     float *a = nullptr, *b = nullptr;
+    unsigned* counters = nullptr;
+    cudaMalloc(&counters, kLaunches * sizeof(unsigned));
     cudaMalloc(&a, 16384 * sizeof(float));
     cudaMalloc(&b, 16384 * sizeof(float));
     std::vector<float> init(16384, 0.5f);
@@ -150,10 +188,13 @@ int main() {
     const Shape shapes[] = {{"2 x 256 threads per SM", 2 * sms, 256, 2}, {"1 x 512 threads per SM", sms, 512, 1}};
     for (const Shape& s : shapes) {
         for (int n : {3840, 15360}) {
-            const double empty = microsPerLaunch<Form::Empty>(s.blocks, s.threads, smemFor(s.perSm), n, a, b, stream);
-            const double stage = microsPerLaunch<Form::Stage>(s.blocks, s.threads, smemFor(s.perSm), n, a, b, stream);
-            const double norm = microsPerLaunch<Form::StageNorm>(s.blocks, s.threads, smemFor(s.perSm), n, a, b, stream);
-            std::printf("  %-24s x %5d floats: empty %5.2f | stage %5.2f | stage+norm %5.2f\n", s.name, n, empty, stage, norm);
+            const std::size_t smem = smemFor(s.perSm);
+            const double empty = microsPerLaunch<Form::Empty>(s.blocks, s.threads, smem, n, a, b, counters, stream);
+            const double stage = microsPerLaunch<Form::Stage>(s.blocks, s.threads, smem, n, a, b, counters, stream);
+            const double norm = microsPerLaunch<Form::StageNorm>(s.blocks, s.threads, smem, n, a, b, counters, stream);
+            const double counted = microsPerLaunch<Form::StageCounters>(s.blocks, s.threads, smem, n, a, b, counters, stream);
+            std::printf("  %-24s x %5d floats: empty %5.2f | stage %5.2f | stage+norm %5.2f | stage, counters %5.2f\n", s.name, n, empty,
+                        stage, norm, counted);
         }
     }
     const cudaError_t err = cudaDeviceSynchronize();
