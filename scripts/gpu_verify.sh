@@ -47,6 +47,7 @@ fi
   echo "== gpu_verify $(date -u '+%Y-%m-%d %H:%M UTC'), $(( $(date +%s) - start )) s"
   sed -n '/== summary ==/,$p' "$out/check.txt"
   sed -n '/== SUMMARY/,$p' "$out/k/summary.txt" 2>/dev/null
+  cat "$out/k/hop.txt" 2>/dev/null  # measure_hop: one kernel boundary's cost, by form
   grep -E "FAIL" "$out/k/run.log" 2>/dev/null | head -20
   cat "$out/k/full.txt" 2>/dev/null
   cat "$out/ab.txt" 2>/dev/null
