@@ -380,11 +380,14 @@ __device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xs, in
 }
 
 // x[base .. base+3], zero past `in`.
+// COHERENT: through L2 only (ld.global.cg), for x written by other blocks of the same launch (the
+// feed-forward launch's down phase); otherwise the read-only path, valid for x a previous kernel wrote.
+template <bool COHERENT = false>
 __device__ __forceinline__ float4 loadX4(const float* __restrict__ x, std::int64_t in, std::int64_t base) {
-    if (base + 4 <= in) return __ldg(reinterpret_cast<const float4*>(x + base));
+    if (base + 4 <= in) return COHERENT ? __ldcg(reinterpret_cast<const float4*>(x + base)) : __ldg(reinterpret_cast<const float4*>(x + base));
     float t[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? __ldg(x + base + e) : 0.0f;
+    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? (COHERENT ? __ldcg(x + base + e) : __ldg(x + base + e)) : 0.0f;
     return make_float4(t[0], t[1], t[2], t[3]);
 }
 
@@ -610,6 +613,7 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
     }
 }
 
+template <bool COHERENT = false>
 __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
                                               float* factors) {
     const int pieces = groups * 8;
@@ -621,7 +625,7 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
             const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
 #pragma unroll
             for (int f = 0; f < 4; ++f)
-                v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[s][f] = c < pieces ? loadX4<COHERENT>(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
     }
@@ -752,8 +756,23 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
-__global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
+//
+// The body is mmaTiles, which the feed-forward launch (fp4FeedForwardKernel, below) also runs twice
+// in one kernel, with a role: Standalone (a launch of its own), Producer (the GeGLU phase: as
+// Standalone, and every stored tile counted in ready[tile / 8], the group of 128 outputs it fills,
+// with release semantics) or Consumer (the down phase: instead of the grid dependency wait, every
+// group of x counted complete by the producer phase before staging, x then read through L2).
+enum class Role { Standalone, Producer, Consumer };
+
+// ready[G] at GPU scope with acquire semantics.
+__device__ __forceinline__ unsigned loadAcquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED, Role ROLE>
+__device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigned* ready, int producerTiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
@@ -766,6 +785,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const std::int64_t in = args.in;
     const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
     const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+    if (ROLE != Role::Standalone && myTiles == 0) return;  // block-uniform: nothing to stage, wait for or count
     const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
     // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
     const int myItems = (myGroups + GPI - 1) / GPI;
@@ -821,7 +841,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     for (int u = 0; u < D; ++u) {
         if (u < items) fetch(u);
     }
-    gridDependencyWait();
+    if constexpr (ROLE == Role::Consumer) {
+        static_assert(X == XForm::Integer, "the feed-forward launch runs the integer path");
+        // Every group of x complete: its producer tiles (8, fewer in the last group) counted.
+        for (int G = static_cast<int>(threadIdx.x); G < groups; G += kMmaThreads) {
+            const unsigned expected = static_cast<unsigned>(min(8, producerTiles - 8 * G));
+            while (loadAcquire(ready + G) < expected) __nanosleep(32);
+        }
+        __syncthreads();
+    } else {
+        gridDependencyWait();
+    }
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
     uint4* xsLo = xsHi + groups * 16;
@@ -831,7 +861,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
-        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+        if (ROLE == Role::Consumer) stageXInteger<true>(args.x, in, groups, intPlanes, intFactors);
+        else if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
@@ -856,8 +887,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
         accA = accB = upAccA = upAccB = 0.0f;
         __syncthreads();
-        if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
-            storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
+        if (warp == (mine & (kMmaWarps - 1))) {
+            const int tile = static_cast<int>(blockIdx.x) + mine * static_cast<int>(gridDim.x);
+            if (lane < kMmaTileRows) storeTileRow<GEGLU>(args, tile, lane, partial[buffer], postscale);
+            if constexpr (ROLE == Role::Producer) {
+                __syncwarp();  // the 16 lanes' stores, then one count (release at GPU scope)
+                if (lane == 0) {
+                    __threadfence();
+                    atomicAdd(ready + tile / 8, 1u);
+                }
+            }
+        }
     };
 
     for (int k0 = 0; k0 < items; k0 += D) {
@@ -888,6 +928,24 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
     if (myGroups == 0)
         for (int t = 0; t < myTiles; ++t) flush(t);
+}
+
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
+__global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
+    mmaTiles<GEGLU, X, D, GPI, TILED, Role::Standalone>(args, tiles, nullptr, 0);
+}
+
+// The feed-forward block as one launch (Fp4FeedForwardParams; batch 1, integer x, tiled): every
+// block first runs its GeGLU tiles (counting each in ready), then its down tiles, whose x is the
+// GeGLU's output: the down phase waits per group of 128 inputs for the GeGLU tiles that write it
+// instead of for the whole GeGLU launch, and its first weights are in flight meanwhile. The same
+// arithmetic in the same order as the two launches: bit-identical. ready: up.out / 128 rounded
+// up counters, zero at launch.
+__global__ void __launch_bounds__(kMmaThreads, 2) fp4FeedForwardKernel(MmaArgs up, int upTiles, MmaArgs down, int downTiles,
+                                                                       unsigned* ready) {
+    mmaTiles<true, XForm::Integer, 2, 1, true, Role::Producer>(up, upTiles, ready, 0);
+    __syncthreads();  // the GeGLU phase's shared memory (x planes, partials) is free
+    mmaTiles<false, XForm::Integer, 4, 1, true, Role::Consumer>(down, downTiles, ready, upTiles);
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
@@ -1017,15 +1075,15 @@ cudaError_t launchFp16Variant(XForm form, const MmaArgs& args, int tiles, std::s
 }
 
 // Batch 1 on tensor cores: every segment's tiles in one grid.
-template <bool GEGLU>
-KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaStream_t stream) {
+// The tensor-core kernel's arguments for one launch; `tiles` receives the grid's tile count.
+MmaArgs mmaArgsOf(const Fp4MatvecParams& p, int& tiles) {
     MmaArgs args{};
     args.in = p.in;
     args.x = p.x;
     args.norm = p.inputNorm;
     args.geluGate = p.geluGate;
     args.segments = 1 + p.extraCount;
-    int tiles = 0;
+    tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
         MmaSegment& seg = args.segment[s];
         if (s == 0) {
@@ -1037,6 +1095,13 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
         seg.tileBegin = tiles;
         tiles += static_cast<int>((seg.out + kMmaTileRows - 1) / kMmaTileRows);
     }
+    return args;
+}
+
+template <bool GEGLU>
+KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaStream_t stream) {
+    int tiles = 0;
+    const MmaArgs args = mmaArgsOf(p, tiles);
     const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
     const XForm form = p.singleHalfX ? XForm::Fp16Single : p.fp16X ? XForm::Fp16Split : XForm::Integer;
     const std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
@@ -1066,8 +1131,9 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 
+// Whether `p` describes a launch the launchers accept (Ok) or not (InvalidArgument, Unsupported).
 template <bool GEGLU>
-KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
+KernelStatus validate(const Fp4MatvecParams& p) {
     const auto& nm = p.inputNorm;
     const bool normed = nm.residualIn != nullptr;
     if (!p.codes || !p.scales || (!p.x && !normed) || !p.y) return KernelStatus::InvalidArgument;
@@ -1107,6 +1173,14 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
             return KernelStatus::InvalidArgument;
     }
     if (formats::fp4RowBytes(p.in) / 16 > 0x7fffffff / 64) return KernelStatus::Unsupported;
+    return KernelStatus::Ok;
+}
+
+template <bool GEGLU>
+KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
+    const KernelStatus valid = validate<GEGLU>(p);
+    if (valid != KernelStatus::Ok) return valid;
+    const bool normed = p.inputNorm.residualIn != nullptr;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.rows == 1 && !p.forceCudaCores) {
@@ -1138,6 +1212,64 @@ KernelStatus launchFp4Matvec(const Fp4MatvecParams& params, cudaStream_t stream)
 }
 KernelStatus launchFp4GegluMatvec(const Fp4MatvecParams& params, cudaStream_t stream) {
     return fp4detail::launchImpl<true>(params, stream);
+}
+
+Fp4MatvecParams Fp4FeedForwardParams::downLaunch() const {
+    Fp4MatvecParams d;
+    d.codes = downCodes;
+    d.scales = downScales;
+    d.out = out;
+    d.in = geglu.out;
+    d.x = geglu.y;
+    d.xStride = geglu.yStride;
+    d.y = y;
+    d.yStride = out;
+    d.tiled = true;
+    d.programmaticLaunch = geglu.programmaticLaunch;
+    return d;
+}
+
+KernelStatus launchFp4FeedForward(const Fp4FeedForwardParams& f, cudaStream_t stream) {
+    using namespace fp4detail;
+    const Fp4MatvecParams& up = f.geglu;
+    const Fp4MatvecParams down = f.downLaunch();
+    for (const KernelStatus s : {validate<true>(up), validate<false>(down)})
+        if (s != KernelStatus::Ok) return s;
+    const auto& nm = up.inputNorm;
+    // The batch-1 integer tiled path only; y must not be anything the GeGLU phase reads or writes
+    // while down tiles store (the norm's branch is read before: every GeGLU block stages before
+    // its first tile is counted, and down tiles store only after every tile is).
+    if (up.rows != 1 || !up.tiled || up.forceCudaCores || up.fp16X || up.singleHalfX || up.geluGate || !f.ready ||
+        (reinterpret_cast<std::uintptr_t>(f.ready) & 3u) != 0 || f.y == up.y || f.y == up.x || f.y == nm.residualIn ||
+        f.y == nm.residualOut)
+        return KernelStatus::InvalidArgument;
+    DeviceFacts facts;
+    if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+    if (facts.computeMajor < 7) return KernelStatus::Unsupported;
+    int upTiles = 0, downTiles = 0;
+    const MmaArgs upArgs = mmaArgsOf(up, upTiles);
+    const MmaArgs downArgs = mmaArgsOf(down, downTiles);
+    const std::size_t smem = static_cast<std::size_t>(
+        std::max(integerXBytes(formats::fp4GroupsPerRow(up.in)), integerXBytes(formats::fp4GroupsPerRow(down.in))));
+    if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
+    static thread_local std::size_t raised = 0;
+    if (smem > raised) {
+        if (cudaFuncSetAttribute(fp4FeedForwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
+            return KernelStatus::LaunchFailed;
+        raised = smem;
+    }
+    // Every block resident at once (the down phase's blocks wait on the GeGLU phase's counts, so
+    // a block that could not start until another finished would wait forever): the grid is what
+    // the occupancy calculator says fits, at most two blocks per SM (the launch bounds).
+    int perSm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fp4FeedForwardKernel, kMmaThreads, smem) != cudaSuccess)
+        return KernelStatus::LaunchFailed;
+    perSm = std::min(perSm, 2);
+    if (perSm < 1) return KernelStatus::Unsupported;
+    const int blocks = perSm * facts.smCount;
+    const cudaError_t err = launchKernel(fp4FeedForwardKernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream,
+                                         up.programmaticLaunch, upArgs, upTiles, downArgs, downTiles, f.ready);
+    return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 
 }  // namespace gemma::cuda

@@ -994,6 +994,180 @@ void runInputNorm(std::mt19937_64& rng, Report& report) {
     }
 }
 
+
+// The feed-forward block as one launch (launchFp4FeedForward): the GeGLU phase and the down phase
+// in one kernel, the down items waiting per group of 128 inputs for the GeGLU tiles that write it.
+// Against the two launches it replaces (launchFp4GegluMatvec, then launchFp4Matvec of
+// downLaunch()): both outputs bit for bit; the down output against an FP64 chain through the
+// dequantized weights; ffn and y poisoned with NaN before every launch, the counters cleared.
+// Shapes: the 12b's (3840 → 15360 → 3840) with the folded input norm and y = the norm's branch
+// (the CUDA backend's aliasing), e2b's double-wide (1536 → 12288 → 1536), and odd sizes whose
+// last group and last tile are partial (200 → 300 → 77) with x given (the only case of the quick
+// runs the sanitizers make). Then 5 rounds behind a programmatic producer, the launcher's refusals
+// and (full runs) the time against the pair.
+void runFeedForward(std::mt19937_64& rng, Report& report, bool quick, std::vector<std::string>& perfLines) {
+    const bool timing = !quick;
+    using gemma::cuda::Fp4FeedForwardParams;
+    using gemma::cuda::KernelStatus;
+    struct Case {
+        std::string name;
+        std::int64_t hidden, ffn, out;
+        bool norm;
+    };
+    const std::vector<Case> cases = {
+        {"12b", 3840, 15360, 3840, true}, {"e2b wide", 1536, 12288, 1536, true}, {"odd 200/300/77", 200, 300, 77, false}};
+    for (const Case& k : cases) {
+        if (quick && k.norm) continue;  // the sanitizers' runs: the odd sizes only
+        const Fp4Matrix gate = randomFp4(k.ffn, k.hidden, rng), up = randomFp4(k.ffn, k.hidden, rng), down = randomFp4(k.out, k.ffn, rng);
+        const DeviceFp4 dGate = upload(gate), dUp = upload(up), dDown = upload(down);
+        const TiledFp4 tGate = tileWeight(gate, dGate, report), tUp = tileWeight(up, dUp, report), tDown = tileWeight(down, dDown, report);
+        const std::vector<float> residual = randomFloats(static_cast<std::size_t>(k.hidden), rng, -4.f, 4.f);
+        const std::vector<float> branch = randomFloats(static_cast<std::size_t>(std::max(k.hidden, k.out)), rng, -30.f, 30.f);
+        const std::vector<float> x0 = randomFloats(static_cast<std::size_t>(k.hidden), rng, -2.f, 2.f);
+        DeviceBuffer<float> dResidual(k.hidden), dResidualOut(k.hidden), dBranch(branch.size()), dx(k.hidden), ffn(k.ffn + 8), y(k.out + 8);
+        dResidual.upload(residual);
+        dx.upload(x0);
+        DeviceBuffer<unsigned> ready((k.ffn + 127) / 128);
+        // The chain's FP64 reference (x: the normed residual, or x0).
+        const NormChain chain = referenceInputNorm(residual, k.norm ? branch.data() : nullptr, nullptr, 1.0, nullptr);
+        std::vector<double> xRef(chain.x);
+        if (!k.norm) xRef.assign(x0.begin(), x0.end());
+
+        Fp4FeedForwardParams f;
+        f.geglu = oneVector(dGate, k.ffn, k.hidden, k.norm ? nullptr : dx.ptr, ffn.ptr);
+        f.geglu.codes = tGate.codes.ptr;
+        f.geglu.scales = tGate.scaleBits();
+        f.geglu.upCodes = tUp.codes.ptr;
+        f.geglu.upScales = tUp.scaleBits();
+        f.geglu.tiled = true;
+        if (k.norm) {
+            f.geglu.inputNorm.residualIn = dResidual.ptr;
+            f.geglu.inputNorm.branch = dBranch.ptr;
+            f.geglu.inputNorm.residualOut = dResidualOut.ptr;
+        }
+        f.downCodes = tDown.codes.ptr;
+        f.downScales = tDown.scaleBits();
+        f.out = k.out;
+        f.y = k.norm ? dBranch.ptr : y.ptr;  // the backend writes the down output over the branch
+        f.ready = ready.ptr;
+        auto reset = [&] {
+            dBranch.upload(branch);
+            ffn.poison();
+            y.poison();
+            dResidualOut.poison();
+            HCHECK(cudaMemset(ready.ptr, 0, ready.bytes()));
+        };
+        // The two launches it replaces.
+        reset();
+        HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(f.geglu, nullptr));
+        HCHECK_STATUS(gemma::cuda::launchFp4Matvec(f.downLaunch(), nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        const std::vector<float> pairFfn = ffn.download(), pairY = k.norm ? dBranch.download() : y.download();
+        reset();
+        HCHECK_STATUS(gemma::cuda::launchFp4FeedForward(f, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        const std::vector<float> oneFfn = ffn.download(), oneY = k.norm ? dBranch.download() : y.download();
+        const std::string tag = "feed-forward launch " + k.name;
+        auto sameBits = [](const std::vector<float>& a, const std::vector<float>& b) {
+            return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        report.addCheck(tag + " GeGLU output bit-identical to its own launch (NaN past ffn)", sameBits(oneFfn, pairFfn), "");
+        report.addCheck(tag + " down output bit-identical to the two launches", sameBits(oneY, pairY), "");
+        // FP64: ffn = gelu(Wg·x) ⊙ (Wu·x), y = Wd·ffn.
+        const std::vector<float> dg = gate.dequantize(), du = up.dequantize(), dd = down.dequantize();
+        std::vector<double> ffnRef(static_cast<std::size_t>(k.ffn));
+        for (std::int64_t o = 0; o < k.ffn; ++o)
+            ffnRef[static_cast<std::size_t>(o)] = geluTanhRef(referenceDotD(dg, k.hidden, o, xRef)) * referenceDotD(du, k.hidden, o, xRef);
+        std::vector<double> yRef;
+        for (std::int64_t o = 0; o < k.out; ++o) yRef.push_back(referenceDotD(dd, k.ffn, o, ffnRef));
+        report.add(tag + " y vs FP64", compare(oneY.data(), yRef.data(), yRef.size()), 1e-4, 1e-4);
+        bool tailsNan = true;
+        for (std::int64_t o = k.ffn; o < k.ffn + 8; ++o) tailsNan &= std::isnan(oneFfn[static_cast<std::size_t>(o)]);
+        if (!k.norm)
+            for (std::int64_t o = k.out; o < k.out + 8; ++o) tailsNan &= std::isnan(oneY[static_cast<std::size_t>(o)]);
+        report.addCheck(tag + " no stray writes", tailsNan, "");
+
+        // Behind a programmatic producer: a matvec writes the branch the input norm reads, then the
+        // launch follows programmatically (its GeGLU phase waits for the producer); against the
+        // same producer followed by the two launches, 5 rounds.
+        if (k.name == "12b") {
+            const Fp4Matrix pw = randomFp4(k.hidden, k.hidden, rng);
+            const DeviceFp4 dpw = upload(pw);
+            Fp4MatvecParams producer = oneVector(dpw, k.hidden, k.hidden, dx.ptr, dBranch.ptr);
+            producer.programmaticLaunch = true;
+            Fp4FeedForwardParams g = f;
+            g.geglu.programmaticLaunch = true;
+            const Fp4MatvecParams gDown = g.downLaunch();
+            bool same = true;
+            for (int round = 0; round < 5; ++round) {
+                reset();
+                HCHECK_STATUS(gemma::cuda::launchFp4Matvec(producer, nullptr));
+                HCHECK_STATUS(gemma::cuda::launchFp4GegluMatvec(g.geglu, nullptr));
+                HCHECK_STATUS(gemma::cuda::launchFp4Matvec(gDown, nullptr));
+                HCHECK(cudaDeviceSynchronize());
+                const std::vector<float> expectY = dBranch.download(), expectFfn = ffn.download();
+                reset();
+                HCHECK_STATUS(gemma::cuda::launchFp4Matvec(producer, nullptr));
+                HCHECK_STATUS(gemma::cuda::launchFp4FeedForward(g, nullptr));
+                HCHECK(cudaDeviceSynchronize());
+                same &= sameBits(dBranch.download(), expectY) && sameBits(ffn.download(), expectFfn);
+            }
+            report.addCheck(tag + " behind a programmatic producer, 5 rounds bit-identical to the two launches", same, "");
+        }
+        if (timing && k.name == "12b") {
+            auto timeIt = [&](bool one) {
+                return medianMicros(
+                    [&](int) {
+                        HCHECK(cudaMemsetAsync(ready.ptr, 0, ready.bytes(), nullptr));
+                        Fp4FeedForwardParams g = f;
+                        g.geglu.programmaticLaunch = true;
+                        g.y = y.ptr;  // not over the branch the next launch's norm reads
+                        if (one) {
+                            gemma::cuda::launchFp4FeedForward(g, nullptr);
+                        } else {
+                            gemma::cuda::launchFp4GegluMatvec(g.geglu, nullptr);
+                            gemma::cuda::launchFp4Matvec(g.downLaunch(), nullptr);
+                        }
+                    },
+                    10, 30);
+            };
+            const double pairUs = timeIt(false), oneUs = timeIt(true);
+            char line[200];
+            std::snprintf(line, sizeof line, "feed-forward 12b (same weights each launch, counters cleared by a memset): two launches %.2f us, one launch %.2f us",
+                          pairUs, oneUs);
+            perfLines.push_back(line);
+        }
+    }
+    // Refusals: batch, fp16 x, row layout, the gelu gate, no counters, y over the GeGLU's output.
+    {
+        DeviceFp4 w = upload(randomFp4(128, 128, rng));
+        DeviceBuffer<float> x(128), mid(128), out(128);
+        DeviceBuffer<unsigned> ready(1);
+        auto status = [&](auto&& edit) {
+            Fp4FeedForwardParams f;
+            f.geglu = oneVector(w, 128, 128, x.ptr, mid.ptr);
+            f.geglu.upCodes = w.codes.ptr;
+            f.geglu.upScales = w.scales.ptr;
+            f.geglu.tiled = true;
+            f.downCodes = w.codes.ptr;
+            f.downScales = w.scales.ptr;
+            f.out = 128;
+            f.y = out.ptr;
+            f.ready = ready.ptr;
+            edit(f);
+            return gemma::cuda::launchFp4FeedForward(f, nullptr);
+        };
+        const bool refused = status([](Fp4FeedForwardParams& f) { f.geglu.rows = 2; }) == KernelStatus::InvalidArgument &&
+                             status([](Fp4FeedForwardParams& f) { f.geglu.fp16X = true; }) == KernelStatus::InvalidArgument &&
+                             status([](Fp4FeedForwardParams& f) { f.geglu.tiled = false; }) == KernelStatus::InvalidArgument &&
+                             status([&](Fp4FeedForwardParams& f) { f.geglu.geluGate = x.ptr; }) == KernelStatus::InvalidArgument &&
+                             status([](Fp4FeedForwardParams& f) { f.ready = nullptr; }) == KernelStatus::InvalidArgument &&
+                             status([&](Fp4FeedForwardParams& f) { f.y = mid.ptr; }) == KernelStatus::InvalidArgument;
+        report.addCheck("feed-forward launcher refuses batches, fp16 x, the row layout, the gelu gate, no counters, y over ffn", refused, "");
+        HCHECK(cudaDeviceSynchronize());
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -1072,6 +1246,7 @@ int main() {
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, /*fp16=*/true);
     runIntegerEdgeCases(rng, report);
     runInputNorm(rng, report);
+    runFeedForward(rng, report, quick, perf);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 2, rng, report);
     if (!quick) {
         runFused("12b full q/k", 3840, {8192, 512, 512}, 1, rng, report);
