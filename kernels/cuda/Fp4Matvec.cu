@@ -887,16 +887,18 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
         if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
         accA = accB = upAccA = upAccB = 0.0f;
         __syncthreads();
-        if (warp == (mine & (kMmaWarps - 1))) {
-            const int tile = static_cast<int>(blockIdx.x) + mine * static_cast<int>(gridDim.x);
-            if (lane < kMmaTileRows) storeTileRow<GEGLU>(args, tile, lane, partial[buffer], postscale);
-            if constexpr (ROLE == Role::Producer) {
+        if constexpr (ROLE == Role::Producer) {
+            if (warp == (mine & (kMmaWarps - 1))) {
+                const int tile = static_cast<int>(blockIdx.x) + mine * static_cast<int>(gridDim.x);
+                if (lane < kMmaTileRows) storeTileRow<GEGLU>(args, tile, lane, partial[buffer], postscale);
                 __syncwarp();  // the 16 lanes' stores, then one count (release at GPU scope)
                 if (lane == 0) {
                     __threadfence();
                     atomicAdd(ready + tile / 8, 1u);
                 }
             }
+        } else if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows) {
+            storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
         }
     };
 
