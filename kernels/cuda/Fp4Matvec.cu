@@ -631,6 +631,41 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
     }
 }
 
+// One warp stages group G of x (128 inputs, zero past `in`) once the producer phase has counted
+// its `expected` tiles in *ready (the feed-forward launch's consumer): lane 0 waits with acquire
+// loads, then each lane converts 4 consecutive inputs read through L2 (another block of the same
+// launch wrote them). The group's exponent, factor and plane bytes are convertXPieces's for the
+// same 128 values (the same max, the same integerPlanes per 4 inputs at the same offsets), so the
+// planes are bit-identical to the block staging's.
+__device__ __forceinline__ unsigned loadAcquire(const unsigned* p) {  // GPU scope
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void stageGroupWarp(const float* __restrict__ x, std::int64_t in, int groups, int G, const unsigned* ready,
+                                               unsigned expected, std::uint8_t* planes, float* factors) {
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    if (lane == 0)
+        while (loadAcquire(ready) < expected) __nanosleep(32);
+    __syncwarp();  // the acquired view, for every lane's loads below
+    const std::int64_t first = static_cast<std::int64_t>(G) * 128 + lane * 4;
+    const float4 v = loadX4<true>(x, in, first);
+    std::uint32_t maxBits = max(max(absBits(v.x), absBits(v.y)), max(absBits(v.z), absBits(v.w)));
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
+    const int e = formats::fp4decode::integerExponent(maxBits);
+    const float up = formats::fp4decode::powerOfTwo(e);
+    if (lane == 0) factors[G] = formats::fp4decode::integerFactor(maxBits, e);
+    std::uint32_t plane[kPlanes];
+    formats::fp4decode::integerPlanes(static_cast<std::uint32_t>(__float2int_rn(v.x * up)), static_cast<std::uint32_t>(__float2int_rn(v.y * up)),
+                                      static_cast<std::uint32_t>(__float2int_rn(v.z * up)), static_cast<std::uint32_t>(__float2int_rn(v.w * up)),
+                                      plane);
+#pragma unroll
+    for (int p = 0; p < kPlanes; ++p)
+        *reinterpret_cast<std::uint32_t*>(planes + p * planeBytes(groups) + first) = plane[p];
+    __syncwarp();  // the group's planes and factor, for every lane's B fragments
+}
+
 // The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
 // the residual stream itself, as launchRmsNormResidual does (RmsNorm.h: the same fp32 operations
 // per element; the sums of squares are reduced in another order, so x may differ from the norm
@@ -760,19 +795,15 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // The body is mmaTiles, which the feed-forward launch (fp4FeedForwardKernel, below) also runs twice
 // in one kernel, with a role: Standalone (a launch of its own), Producer (the GeGLU phase: as
 // Standalone, and every stored tile counted in ready[tile / 8], the group of 128 outputs it fills,
-// with release semantics) or Consumer (the down phase: instead of the grid dependency wait, every
-// group of x counted complete by the producer phase before staging, x then read through L2).
+// with release semantics) or Consumer (the down phase: no grid dependency wait and no block
+// staging; each warp stages each of its groups of x when the producer phase has counted it,
+// stageGroupWarp, just before its first item with that group, so it computes the groups that are
+// ready while the producer's last tiles finish).
 enum class Role { Standalone, Producer, Consumer };
-
-// ready[G] at GPU scope with acquire semantics.
-__device__ __forceinline__ unsigned loadAcquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 
 template <bool GEGLU, XForm X, int D, int GPI, bool TILED, Role ROLE>
 __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigned* ready, int producerTiles) {
+    static_assert(ROLE != Role::Consumer || (X == XForm::Integer && GPI == 1), "the consumer stages integer x per group");
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
@@ -841,17 +872,8 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     for (int u = 0; u < D; ++u) {
         if (u < items) fetch(u);
     }
-    if constexpr (ROLE == Role::Consumer) {
-        static_assert(X == XForm::Integer, "the feed-forward launch runs the integer path");
-        // Every group of x complete: its producer tiles (8, fewer in the last group) counted.
-        for (int G = static_cast<int>(threadIdx.x); G < groups; G += kMmaThreads) {
-            const unsigned expected = static_cast<unsigned>(min(8, producerTiles - 8 * G));
-            while (loadAcquire(ready + G) < expected) __nanosleep(32);
-        }
-        __syncthreads();
-    } else {
-        gridDependencyWait();
-    }
+    // The consumer waits per group, in its warps (stageGroupWarp), not here.
+    if constexpr (ROLE != Role::Consumer) gridDependencyWait();
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
     uint4* xsLo = xsHi + groups * 16;
@@ -861,9 +883,13 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
-        if (ROLE == Role::Consumer) stageXInteger<true>(args.x, in, groups, intPlanes, intFactors);
-        else if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
-        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
+        if constexpr (ROLE == Role::Consumer) {
+            // x is staged per warp and group as the warp's first tile reaches it (stageGroupWarp).
+        } else if (!args.norm.residualIn) {
+            stageXInteger(args.x, in, groups, intPlanes, intFactors);
+        } else {
+            stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
+        }
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
@@ -911,6 +937,11 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
                 const int local = computeItem * GPI + s;
                 if (GPI > 1 && local >= myGroups) break;
                 const int G = warp + local * kMmaWarps;
+                if constexpr (ROLE == Role::Consumer) {  // the warp's groups, once, in its first tile's order
+                    if (computeTile == 0)
+                        stageGroupWarp(args.x, in, groups, G, ready + G, static_cast<unsigned>(min(8, producerTiles - 8 * G)), intPlanes,
+                                       intFactors);
+                }
                 if constexpr (INTEGER) {
                     const IntegerX xg = loadIntegerX(intLane.b, G);
                     groupDotInteger(slot[u][s], xg, intLane.fold, intAcc);
@@ -939,10 +970,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 
 // The feed-forward block as one launch (Fp4FeedForwardParams; batch 1, integer x, tiled): every
 // block first runs its GeGLU tiles (counting each in ready), then its down tiles, whose x is the
-// GeGLU's output: the down phase waits per group of 128 inputs for the GeGLU tiles that write it
-// instead of for the whole GeGLU launch, and its first weights are in flight meanwhile. The same
-// arithmetic in the same order as the two launches: bit-identical. ready: up.out / 128 rounded
-// up counters, zero at launch.
+// GeGLU's output: each warp of the down phase waits per group of 128 inputs for the GeGLU tiles
+// that write it instead of for the whole GeGLU launch, and its first weights are in flight
+// meanwhile. The same arithmetic in the same order as the two launches: bit-identical. ready:
+// up.out / 128 rounded up counters, zero at launch.
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4FeedForwardKernel(MmaArgs up, int upTiles, MmaArgs down, int downTiles,
                                                                        unsigned* ready) {
     mmaTiles<true, XForm::Integer, 2, 1, true, Role::Producer>(up, upTiles, ready, 0);
