@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gemma/Config.h"
 #include "gemma/Engine.h"
 #include "gemma/Sampler.h"
 #include "gemma/Status.h"
@@ -42,6 +43,17 @@ int fitGemmPrefillChunk(int asked, std::size_t freeBytes, std::size_t headroom, 
 // KV slots a layer's cache holds for an allocation, with prefill chunks of `chunk` rows.
 inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation, int chunk = kPrefillChunk) {
     return sliding ? std::min<std::int64_t>(allocation, slidingWindow + chunk - 1) : allocation;
+}
+
+// Bytes of a model's KV cache (keys and values of every layer that owns a cache) at `elementBytes`
+// per value: what a backend allocates and what Engine::estimateMemory reports.
+inline std::int64_t kvCacheBytes(const ModelConfig& c, int allocation, int chunk, int elementBytes) {
+    std::int64_t bytes = 0;
+    for (const auto& g : c.layers) {
+        if (g.kvShared) continue;
+        bytes += 2 * kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, allocation, chunk) * g.kvHeads * g.headDim * elementBytes;
+    }
+    return bytes;
 }
 
 // What a kernel trace saw (Backend::endKernelTrace): per-bucket GPU time (Gap left 0: the caller

@@ -85,13 +85,7 @@ public:
     Status resetContext(int allocation) override {
         if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};
         const auto& c = config_;
-        std::int64_t totalBytes = 0;
-        for (int l = 0; l < c.numLayers; ++l) {
-            const auto& g = c.layers[l];
-            if (g.kvShared) continue;
-            const auto capacity = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, allocation);
-            totalBytes += 2LL * capacity * g.kvHeads * g.headDim * 4;
-        }
+        const std::int64_t totalBytes = kvCacheBytes(c, allocation, kPrefillChunk, 4);
         if (totalBytes > (std::int64_t{64} << 30)) {
             return {ErrorCode::OutOfMemory, "a KV cache of " + std::to_string(totalBytes >> 20) + " MiB is too large for the CPU backend"};
         }

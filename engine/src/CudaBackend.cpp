@@ -604,16 +604,15 @@ private:
     }
 
     // ---- setup ------------------------------------------------------------------------------------
+    // Whether a chunk of `rows` positions runs its linears as cuBLASLt GEMMs (gemmLinear).
+    bool gemmRows(int rows) const { return blas_ && rows >= gemmMinRows_; }
+
     std::int64_t capacityOf(const LayerGeometry& g, int allocation) const {
         return kvCacheSlots(g.type == LayerType::Sliding, config_.slidingWindow, allocation, chunkRows_);
     }
 
     std::size_t kvBytes(int allocation) const {
-        std::size_t bytes = 0;
-        for (const auto& g : config_.layers) {
-            if (!g.kvShared) bytes += 2u * static_cast<std::size_t>(capacityOf(g, allocation)) * g.kvHeads * g.headDim * kc::kvElementBytes(kvDtype_);
-        }
-        return bytes;
+        return static_cast<std::size_t>(kvCacheBytes(config_, allocation, chunkRows_, static_cast<int>(kc::kvElementBytes(kvDtype_))));
     }
 
     // The widest linear a GEMM prefill dequantizes at once (gate and up together) and its input.
@@ -938,7 +937,7 @@ private:
         if (down && (!up || !extras.empty() || geluGate)) return Status{ErrorCode::Internal, "a down projection follows a gate/up matvec only"};
         // The feed-forward block in one launch: batch 1, integer x, every weight tiled.
         const bool oneLaunch = down && fusedFeedForward_ && rows == 1 && integerMatvec_ && w.tiled && up->tiled && down->w->tiled &&
-                               !(blas_ && rows >= gemmMinRows_) && feedForwardLaunches_ < config_.numLayers;
+                               !gemmRows(rows) && feedForwardLaunches_ < config_.numLayers;
         if (down && !oneLaunch) {
             GEMMA_RETURN_IF_ERROR(matvec(w, x, xStride, y, yStride, rows, stats, up));
             return matvec(*down->w, y, yStride, down->y, down->yStride, rows, stats);
@@ -949,12 +948,12 @@ private:
         bool mixedLayouts = false;
         for (const auto& e : extras) mixedLayouts |= e.w->tiled != w.tiled;
         const float* pendingOutput = pendingNorm_.normalizeOutput ? normed_.as<float>() : residualNow_;
-        if (geluGate && (rows != 1 || up || !extras.empty() || (blas_ && rows >= gemmMinRows_)))
+        if (geluGate && (rows != 1 || up || !extras.empty() || gemmRows(rows)))
             return Status{ErrorCode::Internal, "the gelu gate needs a one-weight batch-1 matvec"};
         const bool foldNorm = pendingNorm_.active && x == pendingOutput && rows == 1 && integerMatvec_ && !mixedLayouts &&
-                              w.in <= kc::Fp4MatvecParams::kInputNormMaxIn && !(blas_ && rows >= gemmMinRows_);
+                              w.in <= kc::Fp4MatvecParams::kInputNormMaxIn && !gemmRows(rows);
         if (!foldNorm) GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
-        if (blas_ && rows >= gemmMinRows_) {
+        if (gemmRows(rows)) {
             Timed timed(*this, stats, Bucket::Fp4Matvec);
             GEMMA_RETURN_IF_ERROR(gemmLinear(w, x, xStride, y, yStride, rows, up));
             for (const auto& e : extras) GEMMA_RETURN_IF_ERROR(gemmLinear(*e.w, x, xStride, e.y, e.yStride, rows, nullptr, false));
@@ -1653,7 +1652,7 @@ private:
         // store: one launch instead of three (docs/PERFORMANCE.md version 16).
         const std::int64_t P = c.hiddenSizePerLayerInput;
         const float* layerInput = perLayerInputs_.as<float>() + static_cast<std::int64_t>(l) * P;
-        const bool gateInStore = rows == 1 && !(blas_ && rows >= gemmMinRows_);
+        const bool gateInStore = rows == 1 && !gemmRows(rows);
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postFeedforwardNorm, 1.0f, nullptr, nullptr, H, rows, stats));
         GEMMA_RETURN_IF_ERROR(
             matvec(w.perLayerGate, residualNow_, H, perLayerGate_.as<float>(), P, rows, stats, nullptr, {}, gateInStore ? layerInput : nullptr));

@@ -451,14 +451,11 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
     for (const auto& [name, tensor] : package->tensors()) estimate.weightBytes += static_cast<std::int64_t>(tensor.bytes + tensor.scaleBytes);
     const auto& c = package->config();
     // The CPU backend keeps its cache in fp32 whatever kvCache asks; the CUDA backend honours it.
-    const std::int64_t elementBytes = options.device != Device::Cpu && options.kvCache == KvCacheType::Bf16 ? 2 : 4;
-    for (const auto& g : c.layers) {
-        if (g.kvShared) continue;
-        // A GPU may prefill in GEMM chunks, whose sliding rings are longer (Backend.h).
-        const int chunk = options.device != Device::Cpu && options.prefillGemmMinRows > 0 ? options.gemmPrefillChunk : kPrefillChunk;
-        const std::int64_t slots = kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, options.contextAllocation, chunk);
-        estimate.kvCacheBytes += 2 * slots * g.kvHeads * g.headDim * elementBytes;
-    }
+    // A GPU may prefill in GEMM chunks, whose sliding rings are longer (Backend.h).
+    const bool gpu = options.device != Device::Cpu;
+    estimate.kvCacheBytes = kvCacheBytes(c, options.contextAllocation,
+                                         gpu && options.prefillGemmMinRows > 0 ? options.gemmPrefillChunk : kPrefillChunk,
+                                         gpu && options.kvCache == KvCacheType::Bf16 ? 2 : 4);
     // Activations of one prefill chunk and one logits row per position of the chunk; on a GPU also
     // the GEMM prefill's chunk of activations (fp32 + FP16 copies) and one dequantized gate|up pair.
     const std::int64_t ffn = c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1);

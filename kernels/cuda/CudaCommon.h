@@ -127,24 +127,36 @@ inline bool isPowerOfTwo(float v) {
     return v > 0.0f && std::frexp(v, &exponent) == 0.5f;
 }
 
-// Blocks of a grid-stride kernel: `wanted`, capped at one resident wave (a block past it would run
-// as a late second wave and double the time). Blocks per SM come from the occupancy calculator,
-// cached in `cache` per device (one cache per kernel instance: thread_local at the call site).
+// Blocks of `kernel` one SM holds at once with `smem` bytes of dynamic shared memory, from the
+// occupancy calculator, cached in `cache` per device and size (one cache per kernel instance:
+// thread_local at the call site; the query costs host time on every launch otherwise). 0 when
+// not even one fits.
 struct OccupancyCache {
     int device = -1;
+    std::size_t smem = 0;
     int blocksPerSm = 1;
 };
 template <typename Kernel>
+inline KernelStatus residentBlocksPerSm(Kernel kernel, int threads, std::size_t smem, const DeviceFacts& facts, OccupancyCache& cache,
+                                        int& blocksPerSm) {
+    if (cache.device != facts.device || cache.smem != smem) {
+        int perSm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, smem) != cudaSuccess) return KernelStatus::LaunchFailed;
+        cache = {facts.device, smem, perSm};
+    }
+    blocksPerSm = cache.blocksPerSm;
+    return KernelStatus::Ok;
+}
+
+// Blocks of a grid-stride kernel: `wanted`, capped at one resident wave (a block past it would run
+// as a late second wave and double the time).
+template <typename Kernel>
 inline KernelStatus oneWaveBlocks(Kernel kernel, int threads, std::int64_t wanted, const DeviceFacts& facts,
                                   OccupancyCache& cache, unsigned& blocks) {
-    if (cache.device != facts.device) {
-        int perSm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, 0) != cudaSuccess)
-            return KernelStatus::LaunchFailed;
-        cache.blocksPerSm = perSm > 0 ? perSm : 1;
-        cache.device = facts.device;
-    }
-    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * cache.blocksPerSm;
+    int perSm = 0;
+    const KernelStatus status = residentBlocksPerSm(kernel, threads, 0, facts, cache, perSm);
+    if (status != KernelStatus::Ok) return status;
+    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * (perSm > 0 ? perSm : 1);
     blocks = static_cast<unsigned>(wanted < 1 ? 1 : wanted > resident ? resident : wanted);
     return KernelStatus::Ok;
 }
@@ -159,6 +171,13 @@ __device__ __forceinline__ void gridDependencyWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+// A word another block (or kernel) publishes with release semantics, read at GPU scope with
+// acquire semantics: what it wrote before the release is visible after this load returns it.
+__device__ __forceinline__ unsigned loadAcquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
 __device__ __forceinline__ void allowDependentsToStart() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

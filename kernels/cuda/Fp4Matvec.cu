@@ -637,11 +637,6 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
 // launch wrote them). The group's exponent, factor and plane bytes are convertXPieces's for the
 // same 128 values (the same max, the same integerPlanes per 4 inputs at the same offsets), so the
 // planes are bit-identical to the block staging's.
-__device__ __forceinline__ unsigned loadAcquire(const unsigned* p) {  // GPU scope
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 __device__ __forceinline__ void stageGroupWarp(const float* __restrict__ x, std::int64_t in, int groups, int G, const unsigned* ready,
                                                unsigned expected, std::uint8_t* planes, float* factors) {
     const int lane = static_cast<int>(threadIdx.x & 31);
@@ -1073,6 +1068,16 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
+// Raises `kernel`'s dynamic shared memory limit to `smem` once per size above the last raised
+// (`raised`: the call site's thread_local, one per kernel instance).
+template <typename Kernel>
+cudaError_t raiseSharedLimit(Kernel kernel, std::size_t smem, std::size_t& raised) {
+    if (smem <= raised) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err == cudaSuccess) raised = smem;
+    return err;
+}
+
 // Launches a persistent batch-1 kernel. Raises its dynamic shared-memory limit to the largest size
 // seen (per instance), from the first launch on: the kernel's static arrays count against the
 // default 48 KB too, so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide
@@ -1084,11 +1089,7 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
     const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
-    if (smem > raised) {
-        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        if (err != cudaSuccess) return err;
-        raised = smem;
-    }
+    if (const cudaError_t err = raiseSharedLimit(kernel, smem, raised); err != cudaSuccess) return err;
     constexpr std::size_t kStaticReserve = 4096;  // the kernel's static shared memory, rounded up
     int perSm = 2;
     while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
@@ -1286,16 +1287,13 @@ KernelStatus launchFp4FeedForward(const Fp4FeedForwardParams& f, cudaStream_t st
         std::max(integerXBytes(formats::fp4GroupsPerRow(up.in)), integerXBytes(formats::fp4GroupsPerRow(down.in))));
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
     static thread_local std::size_t raised = 0;
-    if (smem > raised) {
-        if (cudaFuncSetAttribute(fp4FeedForwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
-            return KernelStatus::LaunchFailed;
-        raised = smem;
-    }
+    if (raiseSharedLimit(fp4FeedForwardKernel, smem, raised) != cudaSuccess) return KernelStatus::LaunchFailed;
     // Every block resident at once (the down phase's blocks wait on the GeGLU phase's counts, so
     // a block that could not start until another finished would wait forever): the grid is what
     // the occupancy calculator says fits, at most two blocks per SM (the launch bounds).
+    thread_local OccupancyCache occupancy;
     int perSm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, fp4FeedForwardKernel, kMmaThreads, smem) != cudaSuccess)
+    if (residentBlocksPerSm(fp4FeedForwardKernel, kMmaThreads, smem, facts, occupancy, perSm) != KernelStatus::Ok)
         return KernelStatus::LaunchFailed;
     perSm = std::min(perSm, 2);
     if (perSm < 1) return KernelStatus::Unsupported;

@@ -1,5 +1,5 @@
-// Backend.h's sizing rules: the sliding rings' slots per prefill chunk and the GEMM prefill chunk a
-// GPU falls back to when its free memory does not hold the asked one.
+// Backend.h's sizing rules: the sliding rings' slots per prefill chunk, the KV cache's bytes, and
+// the GEMM prefill chunk a GPU falls back to when its free memory does not hold the asked one.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -26,6 +26,27 @@ TEST(BackendSizing, SlidingRingsHoldTheWindowPlusOneChunk) {
     EXPECT_EQ(gemma::kvCacheSlots(true, 1024, 512, 2048), 512);  // never more than the allocation
     EXPECT_EQ(gemma::kvCacheSlots(false, 1024, 32768, 2048), 32768);
     EXPECT_EQ(gemma::kvCacheSlots(true, 1024, 32768), 1024 + gemma::kPrefillChunk - 1);
+}
+
+TEST(BackendSizing, KvCacheBytesCountOwnedCachesAtTheirSlots) {
+    gemma::ModelConfig c;
+    c.slidingWindow = 512;
+    gemma::LayerGeometry sliding, full, shared;
+    sliding.type = gemma::LayerType::Sliding;
+    sliding.kvHeads = 2;
+    sliding.headDim = 64;
+    full.type = gemma::LayerType::Full;
+    full.kvHeads = 1;
+    full.headDim = 128;
+    shared = full;
+    shared.kvShared = true;  // reads another layer's cache: no bytes of its own
+    c.layers = {sliding, full, shared};
+    // Keys and values: 2 × slots × heads × dim × bytes; the sliding ring holds window + chunk − 1.
+    const std::int64_t slidingBytes = 2 * (512 + 32 - 1) * 2 * 64 * 4, fullBytes = 2 * 4096 * 1 * 128 * 4;
+    EXPECT_EQ(gemma::kvCacheBytes(c, 4096, 32, 4), slidingBytes + fullBytes);
+    EXPECT_EQ(2 * gemma::kvCacheBytes(c, 4096, 32, 2), slidingBytes + fullBytes);
+    // An allocation below the window caps the ring too.
+    EXPECT_EQ(gemma::kvCacheBytes(c, 256, 2048, 4), 2 * 256 * 2 * 64 * 4 + 2 * 256 * 1 * 128 * 4);
 }
 
 TEST(BackendSizing, AskedChunkKeptWhenItFits) {

@@ -189,8 +189,8 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // (where the goldens' weights are tiled; others keep the two launches).
     const Generation oneFeedForward =
         generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0,
-                 gemma::OpenOptions{}.programmaticLaunch, true, [](gemma::OpenOptions& o) {
-                     o.fuseFullAttention = true;
+                 gemma::OpenOptions{}.programmaticLaunch, true, [&](gemma::OpenOptions& o) {
+                     fp32Attention(o);  // as matvecOnly, the run it is compared with
                      o.fusedFeedForward = true;
                  });
     EXPECT_EQ(oneFeedForward.logits, matvecOnly.logits) << GetParam() << ": the feed-forward launch changed the logits";

@@ -4,8 +4,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <thread>
 
 #include "Backend.h"
@@ -264,13 +262,13 @@ TEST(MemoryEstimate, FollowsThePackageAndTheCacheType) {
     EXPECT_EQ(longer->kvCacheBytes, expectedKv(4096, gpu.gemmPrefillChunk, 2));
     EXPECT_EQ(longer->weightBytes, bf16->weightBytes);
 
-    EXPECT_FALSE(gemma::Engine::estimateMemory(dir / "missing.gemma", gpu));
-    {
-        std::ifstream in(path, std::ios::binary);
-        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        std::ofstream(dir / "truncated.gemma", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 3));
-    }
+    const auto missing = gemma::Engine::estimateMemory(dir / "missing.gemma", gpu);
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.status().code(), gemma::ErrorCode::Io);
+    const std::string bytes = gemma::test::readFile(path);
+    gemma::test::writeFile(dir / "truncated.gemma", bytes.substr(0, bytes.size() / 3));
     const auto truncated = gemma::Engine::estimateMemory(dir / "truncated.gemma", gpu);
     ASSERT_FALSE(truncated);
+    EXPECT_EQ(truncated.status().code(), gemma::ErrorCode::InvalidFile);
     EXPECT_FALSE(truncated.status().message().empty());
 }

@@ -35,6 +35,7 @@ namespace {
 using gemma::cuda::allowDependentsToStart;
 using gemma::cuda::blockSum;
 using gemma::cuda::gridDependencyWait;
+using gemma::cuda::loadAcquire;
 
 constexpr int kLaunches = 256;
 constexpr int kReplays = 20;
@@ -42,12 +43,7 @@ constexpr int kLoads = 16;  // float4 per thread at most: 15360 floats over 256 
 
 enum class Form { Empty, Stage, StageNorm, StageCounters };
 
-// Counter `c` at GPU scope: acquire load, release increment.
-__device__ __forceinline__ unsigned loadAcquire(const unsigned* c) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
-    return v;
-}
+// Counter `c` at GPU scope: a release increment (the acquire load is CudaCommon.h's loadAcquire).
 __device__ __forceinline__ void addRelease(unsigned* c) { asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(c) : "memory"); }
 
 // x: the previous launch's output; y: this launch's (each block writes its slice), n floats.
