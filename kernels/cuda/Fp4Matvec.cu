@@ -631,34 +631,54 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
     }
 }
 
-// One warp stages group G of x (128 inputs, zero past `in`) once the producer phase has counted
-// its `expected` tiles in *ready (the feed-forward launch's consumer): lane 0 waits with acquire
-// loads, then each lane converts 4 consecutive inputs read through L2 (another block of the same
-// launch wrote them). The group's exponent, factor and plane bytes are convertXPieces's for the
-// same 128 values (the same max, the same integerPlanes per 4 inputs at the same offsets), so the
-// planes are bit-identical to the block staging's.
-__device__ __forceinline__ void stageGroupWarp(const float* __restrict__ x, std::int64_t in, int groups, int G, const unsigned* ready,
-                                               unsigned expected, std::uint8_t* planes, float* factors) {
+// One warp stages up to B of its groups of x (128 inputs each, zero past `in`) once the producer
+// phase has counted their tiles (the feed-forward launch's consumer): the warp's groups are G =
+// warp + local·kMmaWarps for local = firstLocal … firstLocal+B−1 (below myGroups); lane b waits on
+// group b's counter (acquire) for its `expected` tiles, min(8, producerTiles − 8G); then every lane
+// issues all B loads of 4 consecutive inputs through L2 (another block of the same launch wrote
+// them) before converting any, so a batch costs one counter round trip and one x round trip, not
+// B of each. A group's exponent, factor and plane bytes are convertXPieces's for the same 128
+// values (the same max, the same integerPlanes per 4 inputs at the same offsets), so the planes
+// are bit-identical to the block staging's.
+template <int B>
+__device__ __forceinline__ void stageGroupsWarp(const float* __restrict__ x, std::int64_t in, int groups, int firstLocal, int myGroups,
+                                                const unsigned* ready, int producerTiles, std::uint8_t* planes, float* factors) {
     const int lane = static_cast<int>(threadIdx.x & 31);
-    if (lane == 0)
-        while (loadAcquire(ready) < expected) __nanosleep(32);
-    __syncwarp();  // the acquired view, for every lane's loads below
-    const std::int64_t first = static_cast<std::int64_t>(G) * 128 + lane * 4;
-    const float4 v = loadX4<true>(x, in, first);
-    std::uint32_t maxBits = max(max(absBits(v.x), absBits(v.y)), max(absBits(v.z), absBits(v.w)));
+    const int warp = static_cast<int>(threadIdx.x >> 5);
+    const int count = min(B, myGroups - firstLocal);
+    if (lane < count) {
+        const int G = warp + (firstLocal + lane) * kMmaWarps;
+        const unsigned expected = static_cast<unsigned>(min(8, producerTiles - 8 * G));
+        while (loadAcquire(ready + G) < expected) __nanosleep(32);
+    }
+    __syncwarp();  // the acquired views, for every lane's loads below
+    float4 v[B];
 #pragma unroll
-    for (int m = 1; m < 32; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
-    const int e = formats::fp4decode::integerExponent(maxBits);
-    const float up = formats::fp4decode::powerOfTwo(e);
-    if (lane == 0) factors[G] = formats::fp4decode::integerFactor(maxBits, e);
-    std::uint32_t plane[kPlanes];
-    formats::fp4decode::integerPlanes(static_cast<std::uint32_t>(__float2int_rn(v.x * up)), static_cast<std::uint32_t>(__float2int_rn(v.y * up)),
-                                      static_cast<std::uint32_t>(__float2int_rn(v.z * up)), static_cast<std::uint32_t>(__float2int_rn(v.w * up)),
-                                      plane);
+    for (int b = 0; b < B; ++b) {
+        const std::int64_t first = static_cast<std::int64_t>(warp + (firstLocal + b) * kMmaWarps) * 128 + lane * 4;
+        v[b] = b < count ? loadX4<true>(x, in, first) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
 #pragma unroll
-    for (int p = 0; p < kPlanes; ++p)
-        *reinterpret_cast<std::uint32_t*>(planes + p * planeBytes(groups) + first) = plane[p];
-    __syncwarp();  // the group's planes and factor, for every lane's B fragments
+    for (int b = 0; b < B; ++b) {
+        if (b >= count) break;  // warp-uniform
+        const int G = warp + (firstLocal + b) * kMmaWarps;
+        const std::int64_t first = static_cast<std::int64_t>(G) * 128 + lane * 4;
+        std::uint32_t maxBits = max(max(absBits(v[b].x), absBits(v[b].y)), max(absBits(v[b].z), absBits(v[b].w)));
+#pragma unroll
+        for (int m = 1; m < 32; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
+        const int e = formats::fp4decode::integerExponent(maxBits);
+        const float up = formats::fp4decode::powerOfTwo(e);
+        if (lane == 0) factors[G] = formats::fp4decode::integerFactor(maxBits, e);
+        std::uint32_t plane[kPlanes];
+        formats::fp4decode::integerPlanes(static_cast<std::uint32_t>(__float2int_rn(v[b].x * up)),
+                                          static_cast<std::uint32_t>(__float2int_rn(v[b].y * up)),
+                                          static_cast<std::uint32_t>(__float2int_rn(v[b].z * up)),
+                                          static_cast<std::uint32_t>(__float2int_rn(v[b].w * up)), plane);
+#pragma unroll
+        for (int p = 0; p < kPlanes; ++p)
+            *reinterpret_cast<std::uint32_t*>(planes + p * planeBytes(groups) + first) = plane[p];
+    }
+    __syncwarp();  // the groups' planes and factors, for every lane's B fragments
 }
 
 // The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
@@ -796,7 +816,7 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // ready while the producer's last tiles finish).
 enum class Role { Standalone, Producer, Consumer };
 
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED, Role ROLE>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED, Role ROLE, int WAIT = 1>
 __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigned* ready, int producerTiles) {
     static_assert(ROLE != Role::Consumer || (X == XForm::Integer && GPI == 1), "the consumer stages integer x per group");
     constexpr bool SPLIT = X == XForm::Fp16Split;
@@ -810,7 +830,10 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     const int q = lane & 3;
     const std::int64_t in = args.in;
     const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
-    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+    // The consumer hands its tiles out from the grid's last block down: the last blocks ran one
+    // producer tile fewer when the producer's tiles do not divide evenly, so they get there first.
+    const int block = ROLE == Role::Consumer ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+    const int myTiles = block < tiles ? (tiles - 1 - block) / gridDim.x + 1 : 0;
     if (ROLE != Role::Standalone && myTiles == 0) return;  // block-uniform: nothing to stage, wait for or count
     const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
     // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
@@ -820,7 +843,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
     int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
-    if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
+    if (items > 0) loadRows = tileRows(args, block, g, q, groups);
     static_assert(!TILED || GPI == 1, "the tiled layout: one group per item");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
@@ -856,7 +879,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
         if (++loadItem == myItems) {
             loadItem = 0;
             if (++loadTile < myTiles)
-                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, q, groups);
+                loadRows = tileRows(args, block + loadTile * gridDim.x, g, q, groups);
         }
     };
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
@@ -910,7 +933,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
         __syncthreads();
         if constexpr (ROLE == Role::Producer) {
             if (warp == (mine & (kMmaWarps - 1))) {
-                const int tile = static_cast<int>(blockIdx.x) + mine * static_cast<int>(gridDim.x);
+                const int tile = block + mine * static_cast<int>(gridDim.x);
                 if (lane < kMmaTileRows) storeTileRow<GEGLU>(args, tile, lane, partial[buffer], postscale);
                 __syncwarp();  // the 16 lanes' stores, then one count (release at GPU scope)
                 if (lane == 0) {
@@ -919,7 +942,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
                 }
             }
         } else if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows) {
-            storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
+            storeTileRow<GEGLU>(args, block + mine * gridDim.x, lane, partial[buffer], postscale);
         }
     };
 
@@ -932,10 +955,9 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
                 const int local = computeItem * GPI + s;
                 if (GPI > 1 && local >= myGroups) break;
                 const int G = warp + local * kMmaWarps;
-                if constexpr (ROLE == Role::Consumer) {  // the warp's groups, once, in its first tile's order
-                    if (computeTile == 0)
-                        stageGroupWarp(args.x, in, groups, G, ready + G, static_cast<unsigned>(min(8, producerTiles - 8 * G)), intPlanes,
-                                       intFactors);
+                if constexpr (ROLE == Role::Consumer) {  // the warp's groups, once, WAIT at a time in its first tile's order
+                    if (computeTile == 0 && local % WAIT == 0)
+                        stageGroupsWarp<WAIT>(args.x, in, groups, local, myGroups, ready, producerTiles, intPlanes, intFactors);
                 }
                 if constexpr (INTEGER) {
                     const IntegerX xg = loadIntegerX(intLane.b, G);
@@ -969,11 +991,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 // that write it instead of for the whole GeGLU launch, and its first weights are in flight
 // meanwhile. The same arithmetic in the same order as the two launches: bit-identical. ready:
 // up.out / 128 rounded up counters, zero at launch.
+template <int WAIT>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4FeedForwardKernel(MmaArgs up, int upTiles, MmaArgs down, int downTiles,
                                                                        unsigned* ready) {
     mmaTiles<true, XForm::Integer, 2, 1, true, Role::Producer>(up, upTiles, ready, 0);
     __syncthreads();  // the GeGLU phase's shared memory (x planes, partials) is free
-    mmaTiles<false, XForm::Integer, 4, 1, true, Role::Consumer>(down, downTiles, ready, upTiles);
+    mmaTiles<false, XForm::Integer, 4, 1, true, Role::Consumer, WAIT>(down, downTiles, ready, upTiles);
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
@@ -1286,21 +1309,29 @@ KernelStatus launchFp4FeedForward(const Fp4FeedForwardParams& f, cudaStream_t st
     const std::size_t smem = static_cast<std::size_t>(
         std::max(integerXBytes(formats::fp4GroupsPerRow(up.in)), integerXBytes(formats::fp4GroupsPerRow(down.in))));
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
-    static thread_local std::size_t raised = 0;
-    if (raiseSharedLimit(fp4FeedForwardKernel, smem, raised) != cudaSuccess) return KernelStatus::LaunchFailed;
-    // Every block resident at once (the down phase's blocks wait on the GeGLU phase's counts, so
-    // a block that could not start until another finished would wait forever): the grid is what
-    // the occupancy calculator says fits, at most two blocks per SM (the launch bounds).
-    thread_local OccupancyCache occupancy;
-    int perSm = 0;
-    if (residentBlocksPerSm(fp4FeedForwardKernel, kMmaThreads, smem, facts, occupancy, perSm) != KernelStatus::Ok)
-        return KernelStatus::LaunchFailed;
-    perSm = std::min(perSm, 2);
-    if (perSm < 1) return KernelStatus::Unsupported;
-    const int blocks = perSm * facts.smCount;
-    const cudaError_t err = launchKernel(fp4FeedForwardKernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream,
-                                         up.programmaticLaunch, upArgs, upTiles, downArgs, downTiles, f.ready);
-    return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
+    // One instance per batch of groups a consumer warp waits for at once (Fp4FeedForwardParams).
+    auto launchWith = [&](auto kernel, std::size_t& raised, OccupancyCache& occupancy) {
+        if (raiseSharedLimit(kernel, smem, raised) != cudaSuccess) return KernelStatus::LaunchFailed;
+        // Every block resident at once (the down phase's blocks wait on the GeGLU phase's counts,
+        // so a block that could not start until another finished would wait forever): the grid is
+        // what the occupancy calculator says fits, at most two blocks per SM (the launch bounds).
+        int perSm = 0;
+        if (residentBlocksPerSm(kernel, kMmaThreads, smem, facts, occupancy, perSm) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
+        perSm = std::min(perSm, 2);
+        if (perSm < 1) return KernelStatus::Unsupported;
+        const int blocks = perSm * facts.smCount;
+        const cudaError_t err = launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream,
+                                             up.programmaticLaunch, upArgs, upTiles, downArgs, downTiles, f.ready);
+        return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
+    };
+    static thread_local std::size_t raised[3] = {0, 0, 0};
+    static thread_local OccupancyCache occupancy[3];
+    switch (f.groupsPerWait) {
+    case 1: return launchWith(fp4FeedForwardKernel<1>, raised[0], occupancy[0]);
+    case 4: return launchWith(fp4FeedForwardKernel<4>, raised[1], occupancy[1]);
+    case 8: return launchWith(fp4FeedForwardKernel<8>, raised[2], occupancy[2]);
+    default: return KernelStatus::InvalidArgument;
+    }
 }
 
 }  // namespace gemma::cuda

@@ -120,6 +120,10 @@ struct Fp4FeedForwardParams {
     std::int64_t out = 0;
     float* y = nullptr;
     unsigned* ready = nullptr;
+    // How many of its groups of x a down-phase warp waits for and stages at once: 1, 4 or 8 (any
+    // other value is refused). Larger batches pay fewer dependent L2 round trips; smaller ones
+    // start on the groups that are ready sooner. The result is the same bit for bit.
+    int groupsPerWait = 8;
     // The down projection as its own launch would be given (x = geglu.y).
     Fp4MatvecParams downLaunch() const;
 };

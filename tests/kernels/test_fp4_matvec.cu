@@ -1063,16 +1063,25 @@ void runFeedForward(std::mt19937_64& rng, Report& report, bool quick, std::vecto
         HCHECK_STATUS(gemma::cuda::launchFp4Matvec(f.downLaunch(), nullptr));
         HCHECK(cudaDeviceSynchronize());
         const std::vector<float> pairFfn = ffn.download(), pairY = k.norm ? dBranch.download() : y.download();
-        reset();
-        HCHECK_STATUS(gemma::cuda::launchFp4FeedForward(f, nullptr));
-        HCHECK(cudaDeviceSynchronize());
-        const std::vector<float> oneFfn = ffn.download(), oneY = k.norm ? dBranch.download() : y.download();
         const std::string tag = "feed-forward launch " + k.name;
         auto sameBits = [](const std::vector<float>& a, const std::vector<float>& b) {
             return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
         };
-        report.addCheck(tag + " GeGLU output bit-identical to its own launch (NaN past ffn)", sameBits(oneFfn, pairFfn), "");
-        report.addCheck(tag + " down output bit-identical to the two launches", sameBits(oneY, pairY), "");
+        // Every batch of groups a down warp waits for (the default, 8, last: its output is checked
+        // against FP64 below).
+        std::vector<float> oneFfn, oneY;
+        for (const int batch : {1, 4, 8}) {
+            reset();
+            Fp4FeedForwardParams b = f;
+            b.groupsPerWait = batch;
+            HCHECK_STATUS(gemma::cuda::launchFp4FeedForward(b, nullptr));
+            HCHECK(cudaDeviceSynchronize());
+            oneFfn = ffn.download();
+            oneY = k.norm ? dBranch.download() : y.download();
+            const std::string batchTag = tag + " (groups per wait " + std::to_string(batch) + ")";
+            report.addCheck(batchTag + " GeGLU output bit-identical to its own launch (NaN past ffn)", sameBits(oneFfn, pairFfn), "");
+            report.addCheck(batchTag + " down output bit-identical to the two launches", sameBits(oneY, pairY), "");
+        }
         // FP64: ffn = gelu(Wg·x) ⊙ (Wu·x), y = Wd·ffn.
         const std::vector<float> dg = gate.dequantize(), du = up.dequantize(), dd = down.dequantize();
         std::vector<double> ffnRef(static_cast<std::size_t>(k.ffn));
@@ -1115,14 +1124,15 @@ void runFeedForward(std::mt19937_64& rng, Report& report, bool quick, std::vecto
             report.addCheck(tag + " behind a programmatic producer, 5 rounds bit-identical to the two launches", same, "");
         }
         if (timing && k.name == "12b") {
-            auto timeIt = [&](bool one) {
+            auto timeIt = [&](int batch) {
                 return medianMicros(
                     [&](int) {
                         HCHECK(cudaMemsetAsync(ready.ptr, 0, ready.bytes(), nullptr));
                         Fp4FeedForwardParams g = f;
                         g.geglu.programmaticLaunch = true;
                         g.y = y.ptr;  // not over the branch the next launch's norm reads
-                        if (one) {
+                        g.groupsPerWait = batch;
+                        if (batch > 0) {
                             gemma::cuda::launchFp4FeedForward(g, nullptr);
                         } else {
                             gemma::cuda::launchFp4GegluMatvec(g.geglu, nullptr);
@@ -1131,10 +1141,12 @@ void runFeedForward(std::mt19937_64& rng, Report& report, bool quick, std::vecto
                     },
                     10, 30);
             };
-            const double pairUs = timeIt(false), oneUs = timeIt(true);
-            char line[200];
-            std::snprintf(line, sizeof line, "feed-forward 12b (same weights each launch, counters cleared by a memset): two launches %.2f us, one launch %.2f us",
-                          pairUs, oneUs);
+            const double pairUs = timeIt(0), oneUs1 = timeIt(1), oneUs4 = timeIt(4), oneUs8 = timeIt(8);
+            char line[240];
+            std::snprintf(line, sizeof line,
+                          "feed-forward 12b (same weights each launch, counters cleared by a memset): two launches %.2f us, one launch %.2f / %.2f / "
+                          "%.2f us (groups per wait 1 / 4 / 8)",
+                          pairUs, oneUs1, oneUs4, oneUs8);
             perfLines.push_back(line);
         }
     }
@@ -1162,8 +1174,10 @@ void runFeedForward(std::mt19937_64& rng, Report& report, bool quick, std::vecto
                              status([](Fp4FeedForwardParams& f) { f.geglu.tiled = false; }) == KernelStatus::InvalidArgument &&
                              status([&](Fp4FeedForwardParams& f) { f.geglu.geluGate = x.ptr; }) == KernelStatus::InvalidArgument &&
                              status([](Fp4FeedForwardParams& f) { f.ready = nullptr; }) == KernelStatus::InvalidArgument &&
-                             status([&](Fp4FeedForwardParams& f) { f.y = mid.ptr; }) == KernelStatus::InvalidArgument;
-        report.addCheck("feed-forward launcher refuses batches, fp16 x, the row layout, the gelu gate, no counters, y over ffn", refused, "");
+                             status([&](Fp4FeedForwardParams& f) { f.y = mid.ptr; }) == KernelStatus::InvalidArgument &&
+                             status([](Fp4FeedForwardParams& f) { f.groupsPerWait = 3; }) == KernelStatus::InvalidArgument;
+        report.addCheck("feed-forward launcher refuses batches, fp16 x, the row layout, the gelu gate, no counters, y over ffn, 3 groups per wait",
+                        refused, "");
         HCHECK(cudaDeviceSynchronize());
     }
 }
