@@ -205,19 +205,6 @@ __global__ void __launch_bounds__(256, 2) fp8LmHeadPersistentKernel(
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
-constexpr int kResidentPerSm = 2;  // fp8LmHeadPersistentKernel's __launch_bounds__(256, 2)
-
-// The resident grid's default size (Fp8LmHeadParams::residentBlocks): the most groups any warp of
-// the full resident grid would walk, then the fewest blocks that still cover every group at that
-// count per warp. The step's length is set by its busiest warp, so this keeps it while no warp
-// runs alone at the end.
-std::int64_t balancedResidentBlocks(std::int64_t groups, int warpsPerBlock, int smCount) {
-    const std::int64_t resident = static_cast<std::int64_t>(kResidentPerSm) * smCount;
-    const std::int64_t perWarp = (groups + resident * warpsPerBlock - 1) / (resident * warpsPerBlock);
-    const std::int64_t blocks = (groups + perWarp * warpsPerBlock - 1) / (perWarp * warpsPerBlock);
-    return std::max<std::int64_t>(1, std::min(blocks, resident));
-}
-
 // One logits row with `persistent`: the resident grid of 8-row warps; otherwise, and for two
 // rows, the one-shot grid of 4-row warps (8 would spill with two rows).
 template <int NB>
@@ -228,9 +215,10 @@ cudaError_t launchNb(const Fp8LmHeadParams& p, const float* x, float* logits, cu
         DeviceFacts facts;
         if (queryDeviceFacts(facts) != KernelStatus::Ok) return cudaErrorInvalidDevice;
         const std::int64_t groups = (p.vocab + kR - 1) / kR;
-        const std::int64_t blocks = p.residentBlocks > 0 ? p.residentBlocks : balancedResidentBlocks(groups, kThreads / 32, facts.smCount);
-        return launchKernel(fp8LmHeadPersistentKernel<kR>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream,
-                            p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden, x, logits, p.softcap);
+        const std::int64_t needed = (groups + kThreads / 32 - 1) / (kThreads / 32);
+        const std::int64_t resident = 2 * static_cast<std::int64_t>(facts.smCount);  // __launch_bounds__(256, 2)
+        return launchKernel(fp8LmHeadPersistentKernel<kR>, dim3(static_cast<unsigned>(std::min(needed, resident))), dim3(kThreads),
+                            0, stream, p.programmaticLaunch, p.codes, p.rowScales, p.vocab, p.hidden, x, logits, p.softcap);
     } else {
         constexpr int kR = 4;
         const std::int64_t warps = (p.vocab + kR - 1) / kR;
@@ -250,12 +238,6 @@ KernelStatus launchFp8LmHead(const Fp8LmHeadParams& p, cudaStream_t stream) {
     if (p.xStride < p.hidden || p.xStride % 4 != 0 || p.logitStride < p.vocab)
         return KernelStatus::InvalidArgument;
     if (!aligned16(p.codes) || !aligned16(p.x)) return KernelStatus::InvalidArgument;
-    if (p.residentBlocks < 0) return KernelStatus::InvalidArgument;
-    if (p.residentBlocks > 0) {
-        DeviceFacts facts;
-        if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-        if (p.residentBlocks > fp8detail::kResidentPerSm * facts.smCount) return KernelStatus::InvalidArgument;
-    }
     for (int r0 = 0; r0 < p.rows; r0 += 2) {
         const float* x = p.x + r0 * p.xStride;
         float* logits = p.logits + r0 * p.logitStride;

@@ -31,13 +31,6 @@ struct Fp8LmHeadParams {
     // 0.320 ms of the step's kernel timeline against 0.249 for the one-shot grid, ordinarily 0.234
     // (the CUDA backend launches it so); docs/PERFORMANCE.md versions 10 and 15.
     bool persistent = false;
-    // The resident grid's size in blocks (persistent, one row): 0 = the launcher's choice, the
-    // fewest blocks that give no warp more 8-row groups than the full resident grid (two blocks
-    // per SM) would, so every warp gets the same count or one fewer (the 12b's 262144 rows on an
-    // H200's 132 SMs: 256 blocks, 16 groups per warp, instead of 264 blocks whose warps get 15 or
-    // 16 and leave the last sixteenth of the rows to half of them); else 1 … the resident count,
-    // larger refused (docs/PERFORMANCE.md version 17).
-    int residentBlocks = 0;
 };
 
 KernelStatus launchFp8LmHead(const Fp8LmHeadParams& params, cudaStream_t stream);

@@ -92,37 +92,21 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
     // The resident 8-row grid (Fp8LmHeadParams::persistent, one row) must give the one-shot
     // grid's bits: same per-lane FMA order, same reduction. Programmatic too when the producer
     // is (its first codes are read before the wait).
-    // residentBlocks: 0 = the launcher's balanced grid; the full resident grid (two blocks per SM)
-    // is checked and timed beside it.
-    int smCount = 0;
-    HCHECK(cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0));
-    const int fullGrid = 2 * smCount;
-    auto persistent = [&](const std::uint8_t* codes, cudaStream_t stream, bool programmatic, int residentBlocks) {
+    auto persistent = [&](const std::uint8_t* codes, cudaStream_t stream, bool programmatic) {
         gc::Fp8LmHeadParams q = p;
         q.codes = codes;
         q.persistent = true;
         q.programmaticLaunch = programmatic;
-        q.residentBlocks = residentBlocks;
         HCHECK_STATUS(gc::launchFp8LmHead(q, stream));
     };
     if (rows == 1) {
-        for (const int residentBlocks : {0, fullGrid}) {
-            dl.poison();
-            producer.produce();
-            persistent(dc.ptr, producer.stream(), producer.programmatic(), residentBlocks);
-            HCHECK(cudaDeviceSynchronize());
-            const std::vector<float> again = dl.download();
-            report.addCheck(producer.tag() + name + (residentBlocks == 0 ? " persistent 8-row grid (balanced) bit-identical"
-                                                                          : " persistent 8-row grid (every resident block) bit-identical"),
-                            again.size() == got.size() && std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0, "");
-        }
-        gc::Fp8LmHeadParams q = p;
-        q.persistent = true;
-        q.residentBlocks = -1;
-        const bool negative = gc::launchFp8LmHead(q, nullptr) == gc::KernelStatus::InvalidArgument;
-        q.residentBlocks = fullGrid + 1;
-        const bool tooMany = gc::launchFp8LmHead(q, nullptr) == gc::KernelStatus::InvalidArgument;
-        report.addCheck(producer.tag() + name + " refuses a negative grid and one past the resident blocks", negative && tooMany, "");
+        dl.poison();
+        producer.produce();
+        persistent(dc.ptr, producer.stream(), producer.programmatic());
+        HCHECK(cudaDeviceSynchronize());
+        const std::vector<float> again = dl.download();
+        report.addCheck(producer.tag() + name + " persistent 8-row grid bit-identical",
+                        again.size() == got.size() && std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) == 0, "");
     }
 
     if (timing && rows == 1) {
@@ -139,17 +123,11 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
                 gc::launchFp8LmHead(q, nullptr);
             },
             5, 30);
-        // The two resident grids alternate, three medians each, so drift hits both alike.
-        double balancedUs = 1e30, fullUs = 1e30;
-        for (int round = 0; round < 3; ++round) {
-            balancedUs = std::min(balancedUs, medianMicros([&](int i) { persistent(cc.ptr + (i % copies) * t.codes.size(), nullptr, false, 0); }, 5, 30));
-            fullUs = std::min(fullUs, medianMicros([&](int i) { persistent(cc.ptr + (i % copies) * t.codes.size(), nullptr, false, fullGrid); }, 5, 30));
-        }
-        char line[320];
-        std::snprintf(line, sizeof line,
-                      "lm_head %lld x %lld: %.1f us, %.1f GB/s | persistent 8-row grid, balanced %.1f us, %.1f GB/s | every resident block (%d) %.1f us, %.1f GB/s",
-                      static_cast<long long>(vocab), static_cast<long long>(hidden), us, bytes / us * 1e-3, balancedUs, bytes / balancedUs * 1e-3,
-                      fullGrid, fullUs, bytes / fullUs * 1e-3);
+        const double persistentUs = medianMicros([&](int i) { persistent(cc.ptr + (i % copies) * t.codes.size(), nullptr, false); }, 5, 30);
+        char line[256];
+        std::snprintf(line, sizeof line, "lm_head %lld x %lld: %.1f us, %.1f GB/s | persistent 8-row grid %.1f us, %.1f GB/s",
+                      static_cast<long long>(vocab), static_cast<long long>(hidden), us, bytes / us * 1e-3, persistentUs,
+                      bytes / persistentUs * 1e-3);
         perf.push_back(line);
     }
 }
