@@ -161,7 +161,6 @@ int main(int argc, char** argv) {
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (every full layer unless --fused-full-attention) on the fp32 CUDA-core split kernel instead of tensor cores"},
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
-         {"fused-ffn", false, "run each layer's gate/up and down projections of a decode step as one launch (experiment)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
@@ -246,7 +245,6 @@ int main(int argc, char** argv) {
     options.clusterAttention = !cli.has("split-attention");
     options.attentionPrefetch = !cli.has("no-attention-prefetch");
     options.fuseFullAttention = cli.has("fused-full-attention");
-    options.fusedFeedForward = cli.has("fused-ffn");
     options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
     options.persistentLmHead = !cli.has("one-shot-lm-head");
     std::int64_t prefillChunk = options.gemmPrefillChunk;

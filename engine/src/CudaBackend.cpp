@@ -187,7 +187,6 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          fusedFeedForward_(options.fusedFeedForward),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -288,7 +287,7 @@ public:
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
-               (fuseFullAttention_ ? ", small-group full layers fused" : "") + (fusedFeedForward_ ? ", feed-forward in one launch" : "") +
+               (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "")
@@ -809,11 +808,6 @@ private:
             if (prefillInput_ != PrefillInput::Single) GEMMA_RETURN_IF_ERROR(gemmInputLo_.allocateZeroed(R * static_cast<std::size_t>(maxIn) * 2, "GEMM prefill workspace"));
             GEMMA_RETURN_IF_ERROR(gateUp_.allocateZeroed(R * 2u * static_cast<std::size_t>(ffn) * 4, "GEMM prefill workspace"));
         }
-        if (fusedFeedForward_) {
-            feedForwardGroups_ = static_cast<std::size_t>((ffn + 127) / 128);
-            GEMMA_RETURN_IF_ERROR(feedForwardReady_.allocateZeroed(
-                static_cast<std::size_t>(c.numLayers) * feedForwardGroups_ * sizeof(unsigned), "feed-forward counters"));
-        }
         GEMMA_RETURN_IF_ERROR(tokens_.allocateZeroed(R * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(positions_.allocateZeroed(R * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(argmaxWorkspace_.allocateZeroed(kc::argmaxWorkspaceBytes(greedyArgmaxParams()), "workspace"));
@@ -924,24 +918,8 @@ private:
     // rows goes through cuBLASLt instead (gemmLinear).
     // geluGate (batch 1 off the GEMM path only, one weight): y = gelu_tanh(W·x) ⊙ geluGate in the
     // matvec's store (Fp4MatvecParams::geluGate).
-    // down (with up: the feed-forward block): the down projection of the GeGLU's output, in the
-    // same launch where OpenOptions::fusedFeedForward allows (Fp4FeedForwardParams), else after it.
-    struct DownProjection {
-        const DeviceLinear* w;
-        float* y;
-        std::int64_t yStride;
-    };
     Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats,
-                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}, const float* geluGate = nullptr,
-                  const DownProjection* down = nullptr) {
-        if (down && (!up || !extras.empty() || geluGate)) return Status{ErrorCode::Internal, "a down projection follows a gate/up matvec only"};
-        // The feed-forward block in one launch: batch 1, integer x, every weight tiled.
-        const bool oneLaunch = down && fusedFeedForward_ && rows == 1 && integerMatvec_ && w.tiled && up->tiled && down->w->tiled &&
-                               !gemmRows(rows) && feedForwardLaunches_ < config_.numLayers;
-        if (down && !oneLaunch) {
-            GEMMA_RETURN_IF_ERROR(matvec(w, x, xStride, y, yStride, rows, stats, up));
-            return matvec(*down->w, y, yStride, down->y, down->yStride, rows, stats);
-        }
+                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}, const float* geluGate = nullptr) {
         // A deferred norm whose output this matvec reads (the normed copy, or for a residual
         // update alone the residual stream) rides in its staging (one launch), when the matvec is
         // a single batch-1 integer launch; anything else runs the norm first.
@@ -992,17 +970,6 @@ private:
         }
         if (foldNorm) p.inputNorm = takePendingNorm();
         p.geluGate = geluGate;
-        if (oneLaunch) {
-            kc::Fp4FeedForwardParams f;
-            f.geglu = p;
-            f.downCodes = down->w->codes;
-            f.downScales = down->w->scales;
-            f.out = down->w->out;
-            f.y = down->y;
-            // This launch's counters: one block per launch of the step, cleared at its start.
-            f.ready = feedForwardReady_.as<unsigned>() + static_cast<std::size_t>(feedForwardLaunches_++) * feedForwardGroups_;
-            return kernelError(kc::launchFp4FeedForward(f, stream_), "feed-forward launch");
-        }
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -1459,12 +1426,6 @@ private:
         // 1. Scaled embedding gather (into residual_, the stream's first buffer on every step).
         residualNow_ = residual_.as<float>();
         pendingNorm_ = {};
-        // The feed-forward launches' counters (OpenOptions::fusedFeedForward), zero for this step
-        // (a memset node when captured).
-        feedForwardLaunches_ = 0;
-        if (rows == 1 && fusedFeedForward_ && feedForwardReady_.bytes() > 0)
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaMemsetAsync(feedForwardReady_.as<void>(), 0, feedForwardReady_.bytes(), stream_),
-                                            "clearing the feed-forward counters"));
         {
             Timed timed(*this, stats, Bucket::NormElementwise);
             GEMMA_RETURN_IF_ERROR(gather(weights_.embedding, package_.metadata().embedScale, residual_.as<float>(), H, rows, "embedding gather"));
@@ -1639,8 +1600,8 @@ private:
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
 
         // Feed-forward block: GeGLU fused into the gate/up matvec.
-        const DownProjection down{&w.down, branch_.as<float>(), H};
-        GEMMA_RETURN_IF_ERROR(matvec(w.gate, normed, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up, {}, nullptr, &down));
+        GEMMA_RETURN_IF_ERROR(matvec(w.gate, normed, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up));
+        GEMMA_RETURN_IF_ERROR(matvec(w.down, ffn_.as<float>(), ffnWidth_, branch_.as<float>(), H, rows, stats));
 
         const bool lastLayer = l + 1 == c.numLayers;
         const float* nextNorm = lastLayer ? finalNorm_ : layers_[l + 1].inputNorm;
@@ -1698,10 +1659,6 @@ private:
     bool persistentLmHead_ = true;
     bool clusterAttention_ = true;
     bool fuseFullAttention_ = false;
-    bool fusedFeedForward_ = false;
-    DeviceBuffer feedForwardReady_;      // numLayers blocks of feedForwardGroups_ counters
-    std::size_t feedForwardGroups_ = 0;  // ceil(ffn / 128)
-    int feedForwardLaunches_ = 0;        // of the step being issued
     bool tensorCoreSlidingAttention_ = false;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;

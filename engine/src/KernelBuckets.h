@@ -21,7 +21,6 @@ inline int kernelBucket(std::string_view name) {
     static constexpr Entry kTable[] = {
         {"fp4MatvecMmaKernel", Bucket::Fp4Matvec},
         {"fp4MatvecKernel", Bucket::Fp4Matvec},
-        {"fp4FeedForwardKernel", Bucket::Fp4Matvec},  // the feed-forward block in one launch (an experiment)
         {"fp4DequantizeKernel", Bucket::Fp4Matvec},  // prefill: the GEMM path's weight expansion
         {"fp4TileKernel", Bucket::Fp4Matvec},        // load time: the tiled weight layout
         {"attentionSplitKernel", Bucket::Attention},

@@ -380,14 +380,11 @@ __device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xs, in
 }
 
 // x[base .. base+3], zero past `in`.
-// COHERENT: through L2 only (ld.global.cg), for x written by other blocks of the same launch (the
-// feed-forward launch's down phase); otherwise the read-only path, valid for x a previous kernel wrote.
-template <bool COHERENT = false>
 __device__ __forceinline__ float4 loadX4(const float* __restrict__ x, std::int64_t in, std::int64_t base) {
-    if (base + 4 <= in) return COHERENT ? __ldcg(reinterpret_cast<const float4*>(x + base)) : __ldg(reinterpret_cast<const float4*>(x + base));
+    if (base + 4 <= in) return __ldg(reinterpret_cast<const float4*>(x + base));
     float t[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? (COHERENT ? __ldcg(x + base + e) : __ldg(x + base + e)) : 0.0f;
+    for (int e = 0; e < 4; ++e) t[e] = base + e < in ? __ldg(x + base + e) : 0.0f;
     return make_float4(t[0], t[1], t[2], t[3]);
 }
 
@@ -613,7 +610,6 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
     }
 }
 
-template <bool COHERENT = false>
 __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
                                               float* factors) {
     const int pieces = groups * 8;
@@ -625,60 +621,10 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
             const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
 #pragma unroll
             for (int f = 0; f < 4; ++f)
-                v[s][f] = c < pieces ? loadX4<COHERENT>(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
     }
-}
-
-// One warp stages up to B of its groups of x (128 inputs each, zero past `in`) once the producer
-// phase has counted their tiles (the feed-forward launch's consumer): the warp's groups are G =
-// warp + local·kMmaWarps for local = firstLocal … firstLocal+B−1 (below myGroups); lane b waits on
-// group b's counter (acquire) for its `expected` tiles, min(8, producerTiles − 8G); then every lane
-// issues all B loads of 4 consecutive inputs through L2 (another block of the same launch wrote
-// them) before converting any, so a batch costs one counter round trip and one x round trip, not
-// B of each. A group's exponent, factor and plane bytes are convertXPieces's for the same 128
-// values (the same max, the same integerPlanes per 4 inputs at the same offsets), so the planes
-// are bit-identical to the block staging's.
-template <int B>
-__device__ __forceinline__ void stageGroupsWarp(const float* __restrict__ x, std::int64_t in, int groups, int firstLocal, int myGroups,
-                                                const unsigned* ready, int producerTiles, std::uint8_t* planes, float* factors) {
-    const int lane = static_cast<int>(threadIdx.x & 31);
-    const int warp = static_cast<int>(threadIdx.x >> 5);
-    const int count = min(B, myGroups - firstLocal);
-    if (lane < count) {
-        const int G = warp + (firstLocal + lane) * kMmaWarps;
-        const unsigned expected = static_cast<unsigned>(min(8, producerTiles - 8 * G));
-        while (loadAcquire(ready + G) < expected) __nanosleep(32);
-    }
-    __syncwarp();  // the acquired views, for every lane's loads below
-    float4 v[B];
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-        const std::int64_t first = static_cast<std::int64_t>(warp + (firstLocal + b) * kMmaWarps) * 128 + lane * 4;
-        v[b] = b < count ? loadX4<true>(x, in, first) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-        if (b >= count) break;  // warp-uniform
-        const int G = warp + (firstLocal + b) * kMmaWarps;
-        const std::int64_t first = static_cast<std::int64_t>(G) * 128 + lane * 4;
-        std::uint32_t maxBits = max(max(absBits(v[b].x), absBits(v[b].y)), max(absBits(v[b].z), absBits(v[b].w)));
-#pragma unroll
-        for (int m = 1; m < 32; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
-        const int e = formats::fp4decode::integerExponent(maxBits);
-        const float up = formats::fp4decode::powerOfTwo(e);
-        if (lane == 0) factors[G] = formats::fp4decode::integerFactor(maxBits, e);
-        std::uint32_t plane[kPlanes];
-        formats::fp4decode::integerPlanes(static_cast<std::uint32_t>(__float2int_rn(v[b].x * up)),
-                                          static_cast<std::uint32_t>(__float2int_rn(v[b].y * up)),
-                                          static_cast<std::uint32_t>(__float2int_rn(v[b].z * up)),
-                                          static_cast<std::uint32_t>(__float2int_rn(v[b].w * up)), plane);
-#pragma unroll
-        for (int p = 0; p < kPlanes; ++p)
-            *reinterpret_cast<std::uint32_t*>(planes + p * planeBytes(groups) + first) = plane[p];
-    }
-    __syncwarp();  // the groups' planes and factors, for every lane's B fragments
 }
 
 // The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
@@ -806,19 +752,8 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-//
-// The body is mmaTiles, which the feed-forward launch (fp4FeedForwardKernel, below) also runs twice
-// in one kernel, with a role: Standalone (a launch of its own), Producer (the GeGLU phase: as
-// Standalone, and every stored tile counted in ready[tile / 8], the group of 128 outputs it fills,
-// with release semantics) or Consumer (the down phase: no grid dependency wait and no block
-// staging; each warp stages each of its groups of x when the producer phase has counted it,
-// stageGroupWarp, just before its first item with that group, so it computes the groups that are
-// ready while the producer's last tiles finish).
-enum class Role { Standalone, Producer, Consumer };
-
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED, Role ROLE, int WAIT = 1>
-__device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigned* ready, int producerTiles) {
-    static_assert(ROLE != Role::Consumer || (X == XForm::Integer && GPI == 1), "the consumer stages integer x per group");
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
+__global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
@@ -830,11 +765,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     const int q = lane & 3;
     const std::int64_t in = args.in;
     const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
-    // The consumer hands its tiles out from the grid's last block down: the last blocks ran one
-    // producer tile fewer when the producer's tiles do not divide evenly, so they get there first.
-    const int block = ROLE == Role::Consumer ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-    const int myTiles = block < tiles ? (tiles - 1 - block) / gridDim.x + 1 : 0;
-    if (ROLE != Role::Standalone && myTiles == 0) return;  // block-uniform: nothing to stage, wait for or count
+    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
     const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
     // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
     const int myItems = (myGroups + GPI - 1) / GPI;
@@ -843,7 +774,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
     int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
-    if (items > 0) loadRows = tileRows(args, block, g, q, groups);
+    if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
     static_assert(!TILED || GPI == 1, "the tiled layout: one group per item");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
@@ -879,7 +810,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
         if (++loadItem == myItems) {
             loadItem = 0;
             if (++loadTile < myTiles)
-                loadRows = tileRows(args, block + loadTile * gridDim.x, g, q, groups);
+                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, q, groups);
         }
     };
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
@@ -890,8 +821,7 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     for (int u = 0; u < D; ++u) {
         if (u < items) fetch(u);
     }
-    // The consumer waits per group, in its warps (stageGroupWarp), not here.
-    if constexpr (ROLE != Role::Consumer) gridDependencyWait();
+    gridDependencyWait();
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
     uint4* xsLo = xsHi + groups * 16;
@@ -901,13 +831,8 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
-        if constexpr (ROLE == Role::Consumer) {
-            // x is staged per warp and group as the warp's first tile reaches it (stageGroupWarp).
-        } else if (!args.norm.residualIn) {
-            stageXInteger(args.x, in, groups, intPlanes, intFactors);
-        } else {
-            stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
-        }
+        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
@@ -931,19 +856,8 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
         if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
         accA = accB = upAccA = upAccB = 0.0f;
         __syncthreads();
-        if constexpr (ROLE == Role::Producer) {
-            if (warp == (mine & (kMmaWarps - 1))) {
-                const int tile = block + mine * static_cast<int>(gridDim.x);
-                if (lane < kMmaTileRows) storeTileRow<GEGLU>(args, tile, lane, partial[buffer], postscale);
-                __syncwarp();  // the 16 lanes' stores, then one count (release at GPU scope)
-                if (lane == 0) {
-                    __threadfence();
-                    atomicAdd(ready + tile / 8, 1u);
-                }
-            }
-        } else if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows) {
-            storeTileRow<GEGLU>(args, block + mine * gridDim.x, lane, partial[buffer], postscale);
-        }
+        if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
+            storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
     };
 
     for (int k0 = 0; k0 < items; k0 += D) {
@@ -955,10 +869,6 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
                 const int local = computeItem * GPI + s;
                 if (GPI > 1 && local >= myGroups) break;
                 const int G = warp + local * kMmaWarps;
-                if constexpr (ROLE == Role::Consumer) {  // the warp's groups, once, WAIT at a time in its first tile's order
-                    if (computeTile == 0 && local % WAIT == 0)
-                        stageGroupsWarp<WAIT>(args.x, in, groups, local, myGroups, ready, producerTiles, intPlanes, intFactors);
-                }
                 if constexpr (INTEGER) {
                     const IntegerX xg = loadIntegerX(intLane.b, G);
                     groupDotInteger(slot[u][s], xg, intLane.fold, intAcc);
@@ -978,25 +888,6 @@ __device__ __forceinline__ void mmaTiles(const MmaArgs& args, int tiles, unsigne
     // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
     if (myGroups == 0)
         for (int t = 0; t < myTiles; ++t) flush(t);
-}
-
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
-__global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
-    mmaTiles<GEGLU, X, D, GPI, TILED, Role::Standalone>(args, tiles, nullptr, 0);
-}
-
-// The feed-forward block as one launch (Fp4FeedForwardParams; batch 1, integer x, tiled): every
-// block first runs its GeGLU tiles (counting each in ready), then its down tiles, whose x is the
-// GeGLU's output: each warp of the down phase waits per group of 128 inputs for the GeGLU tiles
-// that write it instead of for the whole GeGLU launch, and its first weights are in flight
-// meanwhile. The same arithmetic in the same order as the two launches: bit-identical. ready:
-// up.out / 128 rounded up counters, zero at launch.
-template <int WAIT>
-__global__ void __launch_bounds__(kMmaThreads, 2) fp4FeedForwardKernel(MmaArgs up, int upTiles, MmaArgs down, int downTiles,
-                                                                       unsigned* ready) {
-    mmaTiles<true, XForm::Integer, 2, 1, true, Role::Producer>(up, upTiles, ready, 0);
-    __syncthreads();  // the GeGLU phase's shared memory (x planes, partials) is free
-    mmaTiles<false, XForm::Integer, 4, 1, true, Role::Consumer, WAIT>(down, downTiles, ready, upTiles);
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
@@ -1091,16 +982,6 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
-// Raises `kernel`'s dynamic shared memory limit to `smem` once per size above the last raised
-// (`raised`: the call site's thread_local, one per kernel instance).
-template <typename Kernel>
-cudaError_t raiseSharedLimit(Kernel kernel, std::size_t smem, std::size_t& raised) {
-    if (smem <= raised) return cudaSuccess;
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err == cudaSuccess) raised = smem;
-    return err;
-}
-
 // Launches a persistent batch-1 kernel. Raises its dynamic shared-memory limit to the largest size
 // seen (per instance), from the first launch on: the kernel's static arrays count against the
 // default 48 KB too, so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide
@@ -1112,7 +993,11 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
     const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
-    if (const cudaError_t err = raiseSharedLimit(kernel, smem, raised); err != cudaSuccess) return err;
+    if (smem > raised) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        if (err != cudaSuccess) return err;
+        raised = smem;
+    }
     constexpr std::size_t kStaticReserve = 4096;  // the kernel's static shared memory, rounded up
     int perSm = 2;
     while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
@@ -1132,15 +1017,15 @@ cudaError_t launchFp16Variant(XForm form, const MmaArgs& args, int tiles, std::s
 }
 
 // Batch 1 on tensor cores: every segment's tiles in one grid.
-// The tensor-core kernel's arguments for one launch; `tiles` receives the grid's tile count.
-MmaArgs mmaArgsOf(const Fp4MatvecParams& p, int& tiles) {
+template <bool GEGLU>
+KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaStream_t stream) {
     MmaArgs args{};
     args.in = p.in;
     args.x = p.x;
     args.norm = p.inputNorm;
     args.geluGate = p.geluGate;
     args.segments = 1 + p.extraCount;
-    tiles = 0;
+    int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
         MmaSegment& seg = args.segment[s];
         if (s == 0) {
@@ -1152,13 +1037,6 @@ MmaArgs mmaArgsOf(const Fp4MatvecParams& p, int& tiles) {
         seg.tileBegin = tiles;
         tiles += static_cast<int>((seg.out + kMmaTileRows - 1) / kMmaTileRows);
     }
-    return args;
-}
-
-template <bool GEGLU>
-KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaStream_t stream) {
-    int tiles = 0;
-    const MmaArgs args = mmaArgsOf(p, tiles);
     const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
     const XForm form = p.singleHalfX ? XForm::Fp16Single : p.fp16X ? XForm::Fp16Split : XForm::Integer;
     const std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
@@ -1188,9 +1066,8 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
 }
 
-// Whether `p` describes a launch the launchers accept (Ok) or not (InvalidArgument, Unsupported).
 template <bool GEGLU>
-KernelStatus validate(const Fp4MatvecParams& p) {
+KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     const auto& nm = p.inputNorm;
     const bool normed = nm.residualIn != nullptr;
     if (!p.codes || !p.scales || (!p.x && !normed) || !p.y) return KernelStatus::InvalidArgument;
@@ -1230,14 +1107,6 @@ KernelStatus validate(const Fp4MatvecParams& p) {
             return KernelStatus::InvalidArgument;
     }
     if (formats::fp4RowBytes(p.in) / 16 > 0x7fffffff / 64) return KernelStatus::Unsupported;
-    return KernelStatus::Ok;
-}
-
-template <bool GEGLU>
-KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
-    const KernelStatus valid = validate<GEGLU>(p);
-    if (valid != KernelStatus::Ok) return valid;
-    const bool normed = p.inputNorm.residualIn != nullptr;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.rows == 1 && !p.forceCudaCores) {
@@ -1269,69 +1138,6 @@ KernelStatus launchFp4Matvec(const Fp4MatvecParams& params, cudaStream_t stream)
 }
 KernelStatus launchFp4GegluMatvec(const Fp4MatvecParams& params, cudaStream_t stream) {
     return fp4detail::launchImpl<true>(params, stream);
-}
-
-Fp4MatvecParams Fp4FeedForwardParams::downLaunch() const {
-    Fp4MatvecParams d;
-    d.codes = downCodes;
-    d.scales = downScales;
-    d.out = out;
-    d.in = geglu.out;
-    d.x = geglu.y;
-    d.xStride = geglu.yStride;
-    d.y = y;
-    d.yStride = out;
-    d.tiled = true;
-    d.programmaticLaunch = geglu.programmaticLaunch;
-    return d;
-}
-
-KernelStatus launchFp4FeedForward(const Fp4FeedForwardParams& f, cudaStream_t stream) {
-    using namespace fp4detail;
-    const Fp4MatvecParams& up = f.geglu;
-    const Fp4MatvecParams down = f.downLaunch();
-    for (const KernelStatus s : {validate<true>(up), validate<false>(down)})
-        if (s != KernelStatus::Ok) return s;
-    const auto& nm = up.inputNorm;
-    // The batch-1 integer tiled path only; y must not be anything the GeGLU phase reads or writes
-    // while down tiles store (the norm's branch is read before: every GeGLU block stages before
-    // its first tile is counted, and down tiles store only after every tile is).
-    if (up.rows != 1 || !up.tiled || up.forceCudaCores || up.fp16X || up.singleHalfX || up.geluGate || !f.ready ||
-        (reinterpret_cast<std::uintptr_t>(f.ready) & 3u) != 0 || f.y == up.y || f.y == up.x || f.y == nm.residualIn ||
-        f.y == nm.residualOut)
-        return KernelStatus::InvalidArgument;
-    DeviceFacts facts;
-    if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-    if (facts.computeMajor < 7) return KernelStatus::Unsupported;
-    int upTiles = 0, downTiles = 0;
-    const MmaArgs upArgs = mmaArgsOf(up, upTiles);
-    const MmaArgs downArgs = mmaArgsOf(down, downTiles);
-    const std::size_t smem = static_cast<std::size_t>(
-        std::max(integerXBytes(formats::fp4GroupsPerRow(up.in)), integerXBytes(formats::fp4GroupsPerRow(down.in))));
-    if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
-    // One instance per batch of groups a consumer warp waits for at once (Fp4FeedForwardParams).
-    auto launchWith = [&](auto kernel, std::size_t& raised, OccupancyCache& occupancy) {
-        if (raiseSharedLimit(kernel, smem, raised) != cudaSuccess) return KernelStatus::LaunchFailed;
-        // Every block resident at once (the down phase's blocks wait on the GeGLU phase's counts,
-        // so a block that could not start until another finished would wait forever): the grid is
-        // what the occupancy calculator says fits, at most two blocks per SM (the launch bounds).
-        int perSm = 0;
-        if (residentBlocksPerSm(kernel, kMmaThreads, smem, facts, occupancy, perSm) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-        perSm = std::min(perSm, 2);
-        if (perSm < 1) return KernelStatus::Unsupported;
-        const int blocks = perSm * facts.smCount;
-        const cudaError_t err = launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream,
-                                             up.programmaticLaunch, upArgs, upTiles, downArgs, downTiles, f.ready);
-        return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
-    };
-    static thread_local std::size_t raised[3] = {0, 0, 0};
-    static thread_local OccupancyCache occupancy[3];
-    switch (f.groupsPerWait) {
-    case 1: return launchWith(fp4FeedForwardKernel<1>, raised[0], occupancy[0]);
-    case 4: return launchWith(fp4FeedForwardKernel<4>, raised[1], occupancy[1]);
-    case 8: return launchWith(fp4FeedForwardKernel<8>, raised[2], occupancy[2]);
-    default: return KernelStatus::InvalidArgument;
-    }
 }
 
 }  // namespace gemma::cuda

@@ -104,29 +104,4 @@ KernelStatus launchFp4Matvec(const Fp4MatvecParams& params, cudaStream_t stream)
 // y = gelu_tanh(W_gate·x) ⊙ (W_up·x); W_gate = (codes, scales), W_up = (upCodes, upScales).
 KernelStatus launchFp4GegluMatvec(const Fp4MatvecParams& params, cudaStream_t stream);
 
-// The feed-forward block's two matvecs as one launch (an experiment, docs/PERFORMANCE.md version
-// 16, first lever): geglu.y = gelu_tanh(W_gate·x) ⊙ (W_up·x) as launchFp4GegluMatvec(geglu), then
-// y = W_down·geglu.y as launchFp4Matvec(downLaunch()), bit for bit. Every block runs its GeGLU
-// tiles, counting each in ready[tile / 8] (the group of 128 outputs it fills), then its down
-// tiles, which wait for the counts of the groups they read instead of for the whole GeGLU launch.
-// Batch 1, integer x, tiled weights only (geglu may fold the input norm); all blocks resident at
-// once. ready: ceil(geglu.out / 128) counters, zero at launch (left counted: the caller clears
-// them before the next launch). y may be the input norm's branch (read before any down tile
-// stores), not geglu.x, geglu.y or the residual vectors.
-struct Fp4FeedForwardParams {
-    Fp4MatvecParams geglu;
-    const std::uint8_t* downCodes = nullptr;   // tiled, out × geglu.out
-    const std::uint16_t* downScales = nullptr;
-    std::int64_t out = 0;
-    float* y = nullptr;
-    unsigned* ready = nullptr;
-    // How many of its groups of x a down-phase warp waits for and stages at once: 1, 4 or 8 (any
-    // other value is refused). Larger batches pay fewer dependent L2 round trips; smaller ones
-    // start on the groups that are ready sooner. The result is the same bit for bit.
-    int groupsPerWait = 8;
-    // The down projection as its own launch would be given (x = geglu.y).
-    Fp4MatvecParams downLaunch() const;
-};
-KernelStatus launchFp4FeedForward(const Fp4FeedForwardParams& params, cudaStream_t stream);
-
 }  // namespace gemma::cuda

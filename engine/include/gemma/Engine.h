@@ -200,11 +200,6 @@ struct OpenOptions {
     // pieces save). Both choose among existing kernels.
     bool fuseFullAttention = false;
     bool tensorCoreSlidingAttention = false;
-    // CUDA, decode steps: each layer's gate/up GeGLU and down projections as one launch whose down
-    // phase waits per group of 128 inputs for the GeGLU tiles that write it instead of for the whole
-    // GeGLU launch (Fp4FeedForwardParams; the same outputs, bit for bit). An experiment, off by
-    // default (docs/PERFORMANCE.md version 16, first lever); not yet measured on a GPU.
-    bool fusedFeedForward = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
