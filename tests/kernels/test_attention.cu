@@ -571,6 +571,10 @@ int main() {
         // Sanitizer runs: keep the fixture list but shrink the large ones.
         for (auto& f : fx) f.oracle = false;
     }
+    // GEMMA_FIXTURES=<substring>: only the fixtures whose name contains it (profiling one case).
+    const char* only = std::getenv("GEMMA_FIXTURES");
+    const auto unwanted = [&](const Fixture& f) { return only && f.name.find(only) == std::string::npos; };
+    std::erase_if(fx, unwanted);
     cublasLtHandle_t lt = nullptr;
     if (!quick && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
         std::fprintf(stderr, "cublasLtCreate failed\n");
@@ -589,6 +593,7 @@ int main() {
     tensorCoreFixtures.push_back({"mqa full f32 17 splits len700", 16, 1, 512, 0, 4096, F, {699}, false, 17});
     tensorCoreFixtures.push_back({"mqa full f32 40 splits len33 (empty pieces)", 16, 1, 512, 0, 4096, F, {32}, false, 40});
     tensorCoreFixtures.push_back({"gqa d256 f32 sliding wrap 5 splits", 16, 8, 256, 1024, 1055, F, {5000}, false, 5});
+    std::erase_if(tensorCoreFixtures, unwanted);
     for (auto& f : tensorCoreFixtures) {
         f.tensorCores = true;
         runFixture(f, rng, report, lt, perf, ordinary);
@@ -620,8 +625,9 @@ int main() {
     }
     // Programmatic launch, 10 rounds: MQA with empty splits, GQA with 3 rows on one ring and an
     // odd split count (no oracle, no timing); then 2 rounds of the tensor-core form.
+    // (Skipped under GEMMA_FIXTURES: they pick fixtures by index.)
     const std::size_t pdlFixtures[] = {5, 16, 18};
-    for (int round = 0; round < 12; ++round) {
+    for (int round = 0; round < (only ? 0 : 12); ++round) {
         // Rounds 10 and 11: the tensor-core form (its split kernel and the merge, programmatic).
         Fixture f = round < 10 ? fx[pdlFixtures[round % 3]] : tensorCoreFixtures[tensorCoreFixtures.size() - 3 + (round - 10)];
         f.oracle = f.timing = false;
