@@ -97,7 +97,13 @@ template <> struct Tile<32> { static constexpr int kWarpsM = 4, kWarpsD = 1, kKe
 template <> struct Tile<64> { static constexpr int kWarpsM = 4, kWarpsD = 1, kKeys = 64; };
 template <> struct Tile<128> { static constexpr int kWarpsM = 4, kWarpsD = 1, kKeys = 32; };
 template <> struct Tile<256> { static constexpr int kWarpsM = 4, kWarpsD = 2, kKeys = 32; };
-template <> struct Tile<512> { static constexpr int kWarpsM = 2, kWarpsD = 4, kKeys = 16; };
+// d512 (the 12b's and 31b's full layers): 32 keys per tile, which halves the barriers, the S
+// partial sums and the softmax passes per key against 16 (the kernel is latency-bound there: 2
+// warps per scheduler, 0.37 eligible, long-scoreboard stalls near zero). The raw ring then holds 2
+// stages of 64 KB with an fp32 cache (the same 128 KB in flight) and 4 of 32 KB with bf16. H200
+// (docs/PERFORMANCE.md version 17): a 32K decode's pieces 55.9 → 52.2 µs (fp32 cache), 47.6 →
+// 41.1 µs (bf16); pp2048 +2 %.
+template <> struct Tile<512> { static constexpr int kWarpsM = 2, kWarpsD = 4, kKeys = 32; };
 
 template <int D>
 struct Shape {
