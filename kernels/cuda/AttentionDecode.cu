@@ -1016,6 +1016,7 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.scale = p.scale;
     f.out = p.out;
     f.outStride = p.outStride;
+    f.narrowTile = p.tensorCores && p.narrowTile;
     return f;
 }
 

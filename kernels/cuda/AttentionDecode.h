@@ -70,6 +70,9 @@ struct AttentionDecodeParams {
     // keys on an H200, docs/PERFORMANCE.md version 7); the tensor-core pieces read the band at
     // the memory's pace. Requires |q|, |K|, |V| < 65504.
     bool tensorCores = false;
+    // With tensorCores: the pieces on the prefill kernel's narrow tile (AttentionPrefillParams::
+    // narrowTile; an experiment, off by default). Ignored otherwise.
+    bool narrowTile = false;
 
     // Thread-block clusters for one decode row (rows == 1, sm_90+, at most
     // kClusterAttentionMaxGroup query heads per kv head, one cache (cacheBatchStride 0); not with

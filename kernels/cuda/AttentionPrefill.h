@@ -52,6 +52,13 @@ struct AttentionPrefillParams {
     // sm_90+: programmatic dependent launch (the kernel waits for the kernel before it before
     // reading anything). Ignored elsewhere.
     bool programmaticLaunch = false;
+    // One query row (rows == 1, else refused) on the narrow tile: one row group of 16 (row, head)
+    // pairs with the head dim over 8 warps, at head dims 256 and 512 (others keep their tile). The
+    // default tile holds 32 pairs at d 512 and 64 at d 256, mostly padding for a decode row's
+    // group, and half its warps then do no S or P·V work. Another summation order of the scores
+    // (within fp32 rounding). An experiment, off by default (docs/PERFORMANCE.md version 17,
+    // first lever).
+    bool narrowTile = false;
 };
 
 // The launch shape the launcher picks for these parameters on the current device (information

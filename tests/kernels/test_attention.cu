@@ -45,6 +45,7 @@ struct Fixture {
     bool oracle = false;
     bool timing = false;
     bool tensorCores = false;
+    bool narrowTile = false;  // with tensorCores: the prefill kernel's narrow tile
 };
 
 // The tensor-core form's tolerances: test_attention_prefill.cu's kRelTol / kAbsTol (fp16 q, K, V
@@ -131,6 +132,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     p.rows = rows;
     p.splits = f.splits;
     p.tensorCores = f.tensorCores;
+    p.narrowTile = f.narrowTile;
     const std::size_t wsBytes = gc::attentionDecodeWorkspaceBytes(p);
     DeviceBuffer<float> dws(wsBytes / sizeof(float));
     dws.poison();
@@ -175,7 +177,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     const int splitsUsed = gc::attentionDecodeSplits(p);
     const std::string note = "splits " + std::to_string(splitsUsed);
     const double tol = f.tensorCores ? kTensorCoreRelTol : 1e-4, absTol = f.tensorCores ? kTensorCoreAbsTol : 1e-4;
-    const std::string form = f.tensorCores ? "tensor cores " : "";
+    const std::string form = f.tensorCores ? (f.narrowTile ? "tensor cores, narrow tile " : "tensor cores ") : "";
     bool ok = report.add("attn " + producer.tag() + form + f.name, compare(out.data(), ref.data(), out.size()), tol, absTol, note);
 
     // Parity oracle: cuBLASLt S = Q·Kᵀ, softmax, O = P·V, per (row, kv head), over the band.
@@ -598,6 +600,12 @@ int main() {
         f.tensorCores = true;
         runFixture(f, rng, report, lt, perf, ordinary);
     }
+    // The same fixtures on the narrow tile (AttentionPrefillParams::narrowTile; head dims 256 and
+    // 512, the others keep their tile), timed beside the default where the fixture is timed.
+    for (Fixture f : tensorCoreFixtures) {
+        f.narrowTile = true;
+        runFixture(f, rng, report, lt, perf, ordinary);
+    }
     // Refusals: more than one row, or a fusion, with tensorCores.
     {
         gc::AttentionDecodeParams bad;
@@ -627,9 +635,11 @@ int main() {
     // odd split count (no oracle, no timing); then 2 rounds of the tensor-core form.
     // (Skipped under GEMMA_FIXTURES: they pick fixtures by index.)
     const std::size_t pdlFixtures[] = {5, 16, 18};
-    for (int round = 0; round < (only ? 0 : 12); ++round) {
-        // Rounds 10 and 11: the tensor-core form (its split kernel and the merge, programmatic).
-        Fixture f = round < 10 ? fx[pdlFixtures[round % 3]] : tensorCoreFixtures[tensorCoreFixtures.size() - 3 + (round - 10)];
+    for (int round = 0; round < (only ? 0 : 14); ++round) {
+        // Rounds 10 and 11: the tensor-core form (its split kernel and the merge, programmatic);
+        // 12 and 13: the same on the narrow tile.
+        Fixture f = round < 10 ? fx[pdlFixtures[round % 3]] : tensorCoreFixtures[tensorCoreFixtures.size() - 3 + (round - 10) % 2];
+        f.narrowTile = round >= 12;
         f.oracle = f.timing = false;
         Producer producer(true);
         runFixture(f, rng, report, nullptr, perf, producer);
