@@ -14,7 +14,8 @@
 // - the tensor-core form (tensorCores: the prefill kernel over pieces of the band, then the merge)
 //   on every one-row fixture, against the same FP64 reference with the prefill harness's fp16
 //   tolerances (test_attention_prefill.cu says where they come from; same input distribution),
-//   forced and automatic splits, empty pieces, programmatic launch, and its refusals.
+//   forced and automatic splits, empty pieces, programmatic launch, and its refusals; the same
+//   fixtures again on the narrow tile (narrowTile: head dims 256 and 512), timed beside the default.
 // - the cluster form (cluster: one launch, blocks of a cluster merged through distributed shared
 //   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
 //   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
