@@ -84,6 +84,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "AttentionMerge.h"
 #include "CudaCommon.h"
 
 namespace gemma::cuda {
@@ -222,10 +223,60 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
     }
 }
 
+// ---- the pieces' own merge (AttentionPrefillParams::mergeCounters) --------------------------------
+constexpr int kMergeThreads = 128;   // the decode merge kernel's block: the same sums, the same bits
+constexpr int kMergeBlocks = 16;     // blocks per kv head that merge
+constexpr int kMergeMaxSplits = 512; // AttentionDecode.cu's kMaxSplits (the weights' shared memory)
+
+__device__ __forceinline__ int loadAcquireInt(const int* p) {  // GPU scope
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Called by every thread of a split block after its partials are stored. `smem`: the kernel's
+// dynamic shared memory, free after the key loop (at least (kMergeMaxSplits + 34) floats).
+__device__ __forceinline__ void mergeInLaunch(const AttentionPrefillParams& p, int kvh, int G, int D, unsigned char* smem) {
+    float* weights = reinterpret_cast<float*>(smem);
+    float* scratch = weights + kMergeMaxSplits;
+    int* ticketSlot = reinterpret_cast<int*>(scratch + 32);
+    int* done = p.mergeCounters + 2 * kvh;
+    int* passed = done + 1;
+    const int splits = p.splits;
+    const int mergers = splits < kMergeBlocks ? splits : kMergeBlocks;
+    __syncthreads();  // every thread's partials are stored, and the K/V tiles are read for the last time
+    if (threadIdx.x == 0) {
+        __threadfence();  // the block's partials before its count (cumulative over the barrier)
+        *ticketSlot = atomicAdd(done, 1);
+    }
+    __syncthreads();
+    const int ticket = *ticketSlot;
+    if (ticket < splits - mergers) return;  // block-uniform: not one of the last arrivals
+    if (threadIdx.x == 0)
+        while (loadAcquireInt(done) < splits) __nanosleep(64);
+    __syncthreads();  // every piece's partials, for every thread's __ldcg reads
+    // Units of kMergeThreads dims of one head of the group, dealt out over the mergers.
+    const int chunks = (D + kMergeThreads - 1) / kMergeThreads;
+    for (int unit = ticket - (splits - mergers); unit < G * chunks; unit += mergers) {
+        const int h = unit / chunks;
+        const int dimBegin = (unit - h * chunks) * kMergeThreads;
+        const int dimEnd = dimBegin + kMergeThreads < D ? dimBegin + kMergeThreads : D;
+        mergedetail::mergeHead<kMergeThreads, true>(p.partO, p.partML, splits, p.qHeads, D, kvh * G + h, 0, p.out, p.outStride,
+                                                   weights, scratch, dimBegin, dimEnd);
+    }
+    // The last merger out zeroes the counters for the next launch: every merger has passed its wait.
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(passed, 1) == mergers - 1) {
+        *done = 0;
+        *passed = 0;
+    }
+}
+
 // ---- kernel ----------------------------------------------------------------------------------------
 // cap32 = min(capacity, INT_MAX) (positions are int, so the slot arithmetic fits 32 bits);
 // stages = raw ring depth (1..kMaxStages), shared memory = sharedBytes<D, KvT>(stages).
-template <int D, typename KvT, bool NARROW = false>
+// MERGE: the split pieces merge in this launch (AttentionPrefillParams::mergeCounters set).
+template <int D, typename KvT, bool NARROW = false, bool MERGE = false>
 __global__ void __launch_bounds__(Shape<D, NARROW>::kThreads, 1)
     attentionPrefillKernel(const AttentionPrefillParams p, const int cap32, const int stages) {
     using Sh = Shape<D, NARROW>;
@@ -609,6 +660,7 @@ __global__ void __launch_bounds__(Shape<D, NARROW>::kThreads, 1)
                 p.partML[idx * 2 + 1] = anyKeys ? l[i] : 0.0f;
             }
         }
+        if constexpr (MERGE) mergeInLaunch(p, kvh, G, D, smem);
         return;
     }
 
@@ -636,14 +688,14 @@ inline bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p
 // Staging depth for one instantiation on one device, cached per host thread: the depth that
 // maximises blocks/SM × stages (cp.async tiles in flight per SM), ties to more blocks. Occupancy
 // comes from the runtime, so registers and the device's shared memory both count.
-template <int D, typename KvT, bool NARROW>
+template <int D, typename KvT, bool NARROW, bool MERGE>
 KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
     thread_local Plan cached;
     if (cached.device == facts.device) {
         out = cached;
         return KernelStatus::Ok;
     }
-    const auto kernel = attentionPrefillKernel<D, KvT, NARROW>;
+    const auto kernel = attentionPrefillKernel<D, KvT, NARROW, MERGE>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              facts.maxSharedPerBlockOptin) != cudaSuccess)
         return KernelStatus::LaunchFailed;
@@ -690,6 +742,8 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     if (p.splits > 1 && (p.rows != 1 || !p.partO || !p.partML || !aligned8(p.partO) || !aligned8(p.partML)))
         return KernelStatus::InvalidArgument;
     if (p.narrowTile && p.rows != 1) return KernelStatus::InvalidArgument;
+    if (p.mergeCounters && (p.splits < 2 || p.splits > kMergeMaxSplits || (reinterpret_cast<std::uintptr_t>(p.mergeCounters) & 3u) != 0))
+        return KernelStatus::InvalidArgument;
     return KernelStatus::Ok;
 }
 
@@ -707,14 +761,18 @@ KernelStatus dispatch(const AttentionPrefillParams& p, F&& f) {
     }
 }
 
-// Calls f.template operator()<NARROW>() with NARROW = the narrow tile where asked for and the
-// head dim has one (AttentionPrefillParams::narrowTile).
+// Calls f.template operator()<NARROW, MERGE>() with NARROW = the narrow tile where asked for and
+// the head dim has one (AttentionPrefillParams::narrowTile), MERGE = the pieces' own merge
+// (mergeCounters).
 template <int D, typename F>
 KernelStatus withTile(const AttentionPrefillParams& p, F&& f) {
+    const auto byMerge = [&]<bool NARROW>() {
+        return p.mergeCounters ? f.template operator()<NARROW, true>() : f.template operator()<NARROW, false>();
+    };
     if constexpr (D >= 256) {
-        if (p.narrowTile) return f.template operator()<true>();
+        if (p.narrowTile) return byMerge.template operator()<true>();
     }
-    return f.template operator()<false>();
+    return byMerge.template operator()<false>();
 }
 
 // Grid for an instantiation: (kvHeads, query tiles, splits). False when the tile count exceeds grid.y.
@@ -728,7 +786,8 @@ bool gridFor(const AttentionPrefillParams& p, dim3& grid) {
 }
 
 // Validates p, picks the instance (head dim, cache dtype, tile) and its plan and grid, and calls
-// f.template operator()<D, KvT, NARROW>(plan, grid): the launcher and attentionPrefillPlan share it.
+// f.template operator()<D, KvT, NARROW, MERGE>(plan, grid): the launcher and attentionPrefillPlan
+// share it.
 template <typename F>
 KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     const KernelStatus valid = validate(p);
@@ -736,13 +795,13 @@ KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     return dispatch(p, [&]<int D, typename KvT>() {
-        return withTile<D>(p, [&]<bool NARROW>() {
+        return withTile<D>(p, [&]<bool NARROW, bool MERGE>() {
             Plan pl;
-            const KernelStatus st = planFor<D, KvT, NARROW>(facts, pl);
+            const KernelStatus st = planFor<D, KvT, NARROW, MERGE>(facts, pl);
             if (st != KernelStatus::Ok) return st;
             dim3 grid;
             if (!gridFor<D, NARROW>(p, grid)) return KernelStatus::Unsupported;
-            return f.template operator()<D, KvT, NARROW>(pl, grid);
+            return f.template operator()<D, KvT, NARROW, MERGE>(pl, grid);
         });
     });
 }
@@ -751,7 +810,7 @@ KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
 
 KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPrefillPlan& plan) {
     using namespace prefilldetail;
-    return withLaunchShape(p, [&]<int D, typename KvT, bool NARROW>(const Plan& pl, dim3 grid) {
+    return withLaunchShape(p, [&]<int D, typename KvT, bool NARROW, bool>(const Plan& pl, dim3 grid) {
         plan.threads = Shape<D, NARROW>::kThreads;
         plan.rowsPerBlock = Shape<D, NARROW>::kRows;
         plan.keysPerTile = Shape<D, NARROW>::kKeys;
@@ -767,8 +826,8 @@ KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPref
 KernelStatus launchAttentionPrefill(const AttentionPrefillParams& p, cudaStream_t stream) {
     using namespace prefilldetail;
     const int cap32 = p.capacity > INT_MAX ? INT_MAX : static_cast<int>(p.capacity);
-    return withLaunchShape(p, [&]<int D, typename KvT, bool NARROW>(const Plan& pl, dim3 grid) {
-        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, NARROW>, grid, dim3(Shape<D, NARROW>::kThreads), pl.smem, stream,
+    return withLaunchShape(p, [&]<int D, typename KvT, bool NARROW, bool MERGE>(const Plan& pl, dim3 grid) {
+        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, NARROW, MERGE>, grid, dim3(Shape<D, NARROW>::kThreads), pl.smem, stream,
                                              p.programmaticLaunch, p, cap32, pl.stages);
         return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
     });

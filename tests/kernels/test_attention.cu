@@ -15,7 +15,9 @@
 //   on every one-row fixture, against the same FP64 reference with the prefill harness's fp16
 //   tolerances (test_attention_prefill.cu says where they come from; same input distribution),
 //   forced and automatic splits, empty pieces, programmatic launch, and its refusals; the same
-//   fixtures again on the narrow tile (narrowTile: head dims 256 and 512), timed beside the default.
+//   fixtures again on the narrow tile (narrowTile: head dims 256 and 512), timed beside the default;
+//   every split case also merged in the pieces' own launch (mergeInPieces), bit for bit against
+//   the two launches, the merge counters back to zero.
 // - the cluster form (cluster: one launch, blocks of a cluster merged through distributed shared
 //   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
 //   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
@@ -145,6 +147,25 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     HCHECK_STATUS(gc::launchAttentionDecode(p, producer.stream()));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> out = dout.download();
+    // The tensor-core pieces merging in their own launch (mergeInPieces): the merge kernel's bits,
+    // and the counters (zero before: the backend zeroes its workspace once) zero again after.
+    if (f.tensorCores && gc::attentionDecodeSplits(p) > 1) {
+        HCHECK(cudaMemset(dws.ptr, 0, 1024));
+        dout.poison();
+        gc::AttentionDecodeParams merged = p;
+        merged.mergeInPieces = true;
+        producer.produce();
+        HCHECK_STATUS(gc::launchAttentionDecode(merged, producer.stream()));
+        HCHECK(cudaDeviceSynchronize());
+        const std::vector<float> again = dout.download();
+        std::vector<int> counters(256);
+        HCHECK(cudaMemcpy(counters.data(), dws.ptr, 1024, cudaMemcpyDeviceToHost));
+        const bool zero = std::all_of(counters.begin(), counters.end(), [](int c) { return c == 0; });
+        const bool same = again.size() == out.size() && std::memcmp(again.data(), out.data(), out.size() * sizeof(float)) == 0;
+        report.addCheck("attn " + producer.tag() + (f.narrowTile ? "tensor cores, narrow tile " : "tensor cores ") + f.name +
+                            ": merged in the pieces' launch, bit-identical, counters zero",
+                        same && zero, std::string(same ? "" : "output differs; ") + (zero ? "" : "counters left"));
+    }
 
     // FP64 reference.
     std::vector<double> ref(out.size());
@@ -236,6 +257,15 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
         std::snprintf(line, sizeof line, "%-40s %8.1f us  %7.1f GB/s (live K+V band, %d splits)",
                       (form + f.name).c_str(), us, bytes / us * 1e-3, splitsUsed);
         perf.push_back(line);
+        if (f.tensorCores && splitsUsed > 1) {  // the pieces merging in their own launch
+            HCHECK(cudaMemset(dws.ptr, 0, 1024));
+            gc::AttentionDecodeParams merged = p;
+            merged.mergeInPieces = true;
+            const double mergedUs = medianMicros([&](int) { gc::launchAttentionDecode(merged, nullptr); }, 5, 30);
+            std::snprintf(line, sizeof line, "%-40s %8.1f us  %7.1f GB/s (live K+V band, %d splits, merged in the pieces' launch)",
+                          (form + f.name).c_str(), mergedUs, bytes / mergedUs * 1e-3, splitsUsed);
+            perf.push_back(line);
+        }
     }
     return ok;
 }

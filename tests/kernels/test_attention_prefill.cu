@@ -231,6 +231,9 @@ void argumentChecks(Report& report) {
         {"rows 0 -> InvalidArgument", gc::KernelStatus::InvalidArgument, [](gc::AttentionPrefillParams& p) { p.rows = 0; }},
         {"narrow tile with 4 rows -> InvalidArgument", gc::KernelStatus::InvalidArgument,
          [](gc::AttentionPrefillParams& p) { p.narrowTile = true; }},
+        // Refused before anything is read: the address is never dereferenced.
+        {"merge counters without splits -> InvalidArgument", gc::KernelStatus::InvalidArgument,
+         [](gc::AttentionPrefillParams& p) { p.mergeCounters = reinterpret_cast<int*>(std::uintptr_t{256}); }},
     };
     for (const auto& c : cases) {
         gc::AttentionPrefillParams p = base();
