@@ -63,12 +63,13 @@
 namespace gemma::cuda {
 namespace attndetail {
 
+using mergedetail::kMaxSplits;
 using mergedetail::mergeHead;
 
 constexpr int kThreads = 128;
+static_assert(kThreads == mergedetail::kMergeThreads, "the merge kernel's block is the merge's thread count");
 constexpr int kTileKBytes = 8192;
 constexpr int kMaxHeadsPerThread = 8;
-constexpr int kMaxSplits = 512;
 constexpr int kMaxBlocksPerSm = 4;    // head dims >= 128: the split kernel's launch bounds allow 4 per SM
 constexpr int kMergeDims = kThreads;  // dims per block of the merge kernel (one per thread)
 constexpr std::size_t kCounterBytes = 1024;  // merge counters at the workspace's start

@@ -14,6 +14,12 @@
 
 namespace gemma::cuda::mergedetail {
 
+// The merge kernel's block (AttentionDecode.cu launches it with this many threads; the pieces'
+// own merge uses as many of theirs, so the sums and the bits agree), and the most splits a merge
+// takes (its weights' shared memory).
+constexpr int kMergeThreads = 128;
+constexpr int kMaxSplits = 512;
+
 // Merges dims [dimBegin, dimEnd) of query head h of `row` from its splits' partials into out.
 // Every thread of the block calls it (block-wide barriers). Partials are read through L2
 // (__ldcg): in the fused form other blocks of the same launch wrote them. Each output element's

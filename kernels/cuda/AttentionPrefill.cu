@@ -224,21 +224,15 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
 }
 
 // ---- the pieces' own merge (AttentionPrefillParams::mergeCounters) --------------------------------
-constexpr int kMergeThreads = 128;   // the decode merge kernel's block: the same sums, the same bits
-constexpr int kMergeBlocks = 16;     // blocks per kv head that merge
-constexpr int kMergeMaxSplits = 512; // AttentionDecode.cu's kMaxSplits (the weights' shared memory)
-
-__device__ __forceinline__ int loadAcquireInt(const int* p) {  // GPU scope
-    int v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
+using mergedetail::kMergeThreads;  // the decode merge kernel's block: the same sums, the same bits
+constexpr int kMergeBlocks = 16;   // blocks per kv head that merge
+using mergedetail::kMaxSplits;     // the weights' shared memory
 
 // Called by every thread of a split block after its partials are stored. `smem`: the kernel's
-// dynamic shared memory, free after the key loop (at least (kMergeMaxSplits + 34) floats).
+// dynamic shared memory, free after the key loop (at least (kMaxSplits + 34) floats).
 __device__ __forceinline__ void mergeInLaunch(const AttentionPrefillParams& p, int kvh, int G, int D, unsigned char* smem) {
     float* weights = reinterpret_cast<float*>(smem);
-    float* scratch = weights + kMergeMaxSplits;
+    float* scratch = weights + kMaxSplits;
     int* ticketSlot = reinterpret_cast<int*>(scratch + 32);
     int* done = p.mergeCounters + 2 * kvh;
     int* passed = done + 1;
@@ -253,7 +247,7 @@ __device__ __forceinline__ void mergeInLaunch(const AttentionPrefillParams& p, i
     const int ticket = *ticketSlot;
     if (ticket < splits - mergers) return;  // block-uniform: not one of the last arrivals
     if (threadIdx.x == 0)
-        while (loadAcquireInt(done) < splits) __nanosleep(64);
+        while (loadAcquire(done) < splits) __nanosleep(64);
     __syncthreads();  // every piece's partials, for every thread's __ldcg reads
     // Units of kMergeThreads dims of one head of the group, dealt out over the mergers.
     const int chunks = (D + kMergeThreads - 1) / kMergeThreads;
@@ -742,7 +736,7 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     if (p.splits > 1 && (p.rows != 1 || !p.partO || !p.partML || !aligned8(p.partO) || !aligned8(p.partML)))
         return KernelStatus::InvalidArgument;
     if (p.narrowTile && p.rows != 1) return KernelStatus::InvalidArgument;
-    if (p.mergeCounters && (p.splits < 2 || p.splits > kMergeMaxSplits || (reinterpret_cast<std::uintptr_t>(p.mergeCounters) & 3u) != 0))
+    if (p.mergeCounters && (p.splits < 2 || p.splits > kMaxSplits || (reinterpret_cast<std::uintptr_t>(p.mergeCounters) & 3u) != 0))
         return KernelStatus::InvalidArgument;
     return KernelStatus::Ok;
 }

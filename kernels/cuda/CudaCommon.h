@@ -127,36 +127,24 @@ inline bool isPowerOfTwo(float v) {
     return v > 0.0f && std::frexp(v, &exponent) == 0.5f;
 }
 
-// Blocks of `kernel` one SM holds at once with `smem` bytes of dynamic shared memory, from the
-// occupancy calculator, cached in `cache` per device and size (one cache per kernel instance:
-// thread_local at the call site; the query costs host time on every launch otherwise). 0 when
-// not even one fits.
+// Blocks of a grid-stride kernel: `wanted`, capped at one resident wave (a block past it would run
+// as a late second wave and double the time). Blocks per SM come from the occupancy calculator,
+// cached in `cache` per device (one cache per kernel instance: thread_local at the call site).
 struct OccupancyCache {
     int device = -1;
-    std::size_t smem = 0;
     int blocksPerSm = 1;
 };
 template <typename Kernel>
-inline KernelStatus residentBlocksPerSm(Kernel kernel, int threads, std::size_t smem, const DeviceFacts& facts, OccupancyCache& cache,
-                                        int& blocksPerSm) {
-    if (cache.device != facts.device || cache.smem != smem) {
-        int perSm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, smem) != cudaSuccess) return KernelStatus::LaunchFailed;
-        cache = {facts.device, smem, perSm};
-    }
-    blocksPerSm = cache.blocksPerSm;
-    return KernelStatus::Ok;
-}
-
-// Blocks of a grid-stride kernel: `wanted`, capped at one resident wave (a block past it would run
-// as a late second wave and double the time).
-template <typename Kernel>
 inline KernelStatus oneWaveBlocks(Kernel kernel, int threads, std::int64_t wanted, const DeviceFacts& facts,
                                   OccupancyCache& cache, unsigned& blocks) {
-    int perSm = 0;
-    const KernelStatus status = residentBlocksPerSm(kernel, threads, 0, facts, cache, perSm);
-    if (status != KernelStatus::Ok) return status;
-    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * (perSm > 0 ? perSm : 1);
+    if (cache.device != facts.device) {
+        int perSm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, 0) != cudaSuccess)
+            return KernelStatus::LaunchFailed;
+        cache.blocksPerSm = perSm > 0 ? perSm : 1;
+        cache.device = facts.device;
+    }
+    const std::int64_t resident = static_cast<std::int64_t>(facts.smCount) * cache.blocksPerSm;
     blocks = static_cast<unsigned>(wanted < 1 ? 1 : wanted > resident ? resident : wanted);
     return KernelStatus::Ok;
 }
@@ -177,6 +165,11 @@ __device__ __forceinline__ void gridDependencyWait() {
 __device__ __forceinline__ unsigned loadAcquire(const unsigned* p) {
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ int loadAcquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ __forceinline__ void allowDependentsToStart() {
