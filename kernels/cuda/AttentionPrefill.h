@@ -61,8 +61,8 @@ struct AttentionPrefillParams {
     bool narrowTile = false;
     // Split mode only (splits > 1): the pieces merge in this launch instead of the decode merge
     // kernel. Each block counts itself done in mergeCounters[2·kvHead] after its partials; the last
-    // min(splits, 16) blocks of a kv head wait until all its pieces are counted, then merge a
-    // share of the head group's dims into out with the merge kernel's arithmetic (the same bits;
+    // min(splits, group heads · ⌈headDim / 128⌉) blocks of a kv head wait until all its pieces are
+    // counted, then merge a share of the head group's dims into out with the merge kernel's arithmetic (the same bits;
     // AttentionMerge.h), and the last of them zeroes mergeCounters[2·kvHead] and [2·kvHead + 1].
     // Both must be zero at launch (2·kvHeads ints, 4-byte aligned). Every block must be resident at
     // once (waiting blocks spin): the decode path sizes splits to one round of resident blocks.
