@@ -162,7 +162,6 @@ int main(int argc, char** argv) {
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},
-         {"merge-in-pieces", false, "the tensor-core attention pieces merge their splits in their own launch instead of a merge kernel (experiment; same bits)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"one-shot-lm-head", false, "run the decode lm_head on the one-shot grid of 4-row warps, launched programmatically, instead of the resident grid of 8-row warps launched ordinarily (same logits; the kernel table times it too)"},
@@ -183,6 +182,55 @@ int main(int argc, char** argv) {
     }
     const std::string skip = cli.value("skip").value_or("");
     auto skipped = [&](const char* part) { return skip.find(part) != std::string::npos; };
+
+    // ---- the engine's options: every flag checked before the minutes of measuring ----------------
+    gemma::OpenOptions options{gemma::Device::Cuda, 4096};
+    const std::string kvCache = cli.value("kv-cache").value_or("f32");
+    if (kvCache != "f32" && kvCache != "bf16") {
+        std::cerr << "gemma-bench: --kv-cache must be f32 or bf16\n";
+        return 1;
+    }
+    options.kvCache = kvCache == "f32" ? gemma::KvCacheType::F32 : gemma::KvCacheType::Bf16;
+    options.cudaGraph = !cli.has("no-graph");
+    if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
+    options.programmaticLaunch = !cli.has("no-pdl");
+    options.integerMatvec = !cli.has("fp16-matvec");
+    options.tiledWeights = !cli.has("row-layout");
+    options.fusedAttention = !cli.has("separate-attention");
+    options.fusedNorms = !cli.has("separate-norms");
+    options.tensorCoreAttention = !cli.has("cuda-core-attention");
+    options.clusterAttention = !cli.has("split-attention");
+    options.attentionPrefetch = !cli.has("no-attention-prefetch");
+    options.fuseFullAttention = cli.has("fused-full-attention");
+    options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
+    options.persistentLmHead = !cli.has("one-shot-lm-head");
+    std::int64_t prefillChunk = options.gemmPrefillChunk;
+    if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {
+        std::cerr << "gemma-bench: " << cli.error() << "\n";
+        return 1;
+    }
+    options.gemmPrefillChunk = static_cast<int>(prefillChunk);
+    options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");
+    const std::string prefillInput = cli.value("prefill-input").value_or("split-down");
+    if (prefillInput == "split") options.prefillInput = gemma::PrefillInput::Split;
+    else if (prefillInput == "split-down") options.prefillInput = gemma::PrefillInput::SplitDown;
+    else if (prefillInput == "single") options.prefillInput = gemma::PrefillInput::Single;
+    else {
+        std::cerr << "gemma-bench: --prefill-input must be split, split-down or single\n";
+        return 1;
+    }
+    options.kernelTimeline = cli.has("timeline-steps");
+    const bool hostSampling = cli.has("host-sampling");
+    const int kvElementBytes = kvCache == "f32" ? 4 : 2;
+    // The allocation sweep decodes after the prompt in every allocation: say so now, not after
+    // the ceilings and the package are written.
+    for (const int allocation : skipped("sweep") ? std::vector<int>{} : allocations) {
+        if (promptTokens + decodeTokens > allocation) {
+            std::cerr << "gemma-bench: --prompt-tokens " << promptTokens << " + --decode-tokens " << decodeTokens
+                      << " do not fit the allocation of " << allocation << " positions (--allocations)\n";
+            return 1;
+        }
+    }
 
     // ---- ceilings first: the same process and run as everything measured against them ----------
     gemma::bench::Ceilings ceilings;
@@ -228,45 +276,6 @@ int main(int argc, char** argv) {
         }
     } cleanup{temporary};
 
-    gemma::OpenOptions options{gemma::Device::Cuda, 4096};
-    const std::string kvCache = cli.value("kv-cache").value_or("f32");
-    if (kvCache != "f32" && kvCache != "bf16") {
-        std::cerr << "gemma-bench: --kv-cache must be f32 or bf16\n";
-        return 1;
-    }
-    options.kvCache = kvCache == "f32" ? gemma::KvCacheType::F32 : gemma::KvCacheType::Bf16;
-    options.cudaGraph = !cli.has("no-graph");
-    if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
-    options.programmaticLaunch = !cli.has("no-pdl");
-    options.integerMatvec = !cli.has("fp16-matvec");
-    options.tiledWeights = !cli.has("row-layout");
-    options.fusedAttention = !cli.has("separate-attention");
-    options.fusedNorms = !cli.has("separate-norms");
-    options.tensorCoreAttention = !cli.has("cuda-core-attention");
-    options.clusterAttention = !cli.has("split-attention");
-    options.attentionPrefetch = !cli.has("no-attention-prefetch");
-    options.fuseFullAttention = cli.has("fused-full-attention");
-    options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
-    options.attentionMergeInPieces = cli.has("merge-in-pieces");
-    options.persistentLmHead = !cli.has("one-shot-lm-head");
-    std::int64_t prefillChunk = options.gemmPrefillChunk;
-    if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {
-        std::cerr << "gemma-bench: " << cli.error() << "\n";
-        return 1;
-    }
-    options.gemmPrefillChunk = static_cast<int>(prefillChunk);
-    options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");
-    const std::string prefillInput = cli.value("prefill-input").value_or("split-down");
-    if (prefillInput == "split") options.prefillInput = gemma::PrefillInput::Split;
-    else if (prefillInput == "split-down") options.prefillInput = gemma::PrefillInput::SplitDown;
-    else if (prefillInput == "single") options.prefillInput = gemma::PrefillInput::Single;
-    else {
-        std::cerr << "gemma-bench: --prefill-input must be split, split-down or single\n";
-        return 1;
-    }
-    options.kernelTimeline = cli.has("timeline-steps");
-    const bool hostSampling = cli.has("host-sampling");
-    const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     auto engine = gemma::Engine::open(package, options);
     if (!engine) {
         std::cerr << "gemma-bench: " << engine.status().message() << "\n";

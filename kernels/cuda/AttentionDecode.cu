@@ -55,7 +55,6 @@
 
 #include <cmath>
 
-#include "AttentionMerge.h"
 #include "AttentionPrefill.h"
 #include "CudaCommon.h"
 #include "HeadNormRope.h"
@@ -63,13 +62,10 @@
 namespace gemma::cuda {
 namespace attndetail {
 
-using mergedetail::kMaxSplits;
-using mergedetail::mergeHead;
-
 constexpr int kThreads = 128;
-static_assert(kThreads == mergedetail::kMergeThreads, "the merge kernel's block is the merge's thread count");
 constexpr int kTileKBytes = 8192;
 constexpr int kMaxHeadsPerThread = 8;
+constexpr int kMaxSplits = 512;
 constexpr int kMaxBlocksPerSm = 4;    // head dims >= 128: the split kernel's launch bounds allow 4 per SM
 constexpr int kMergeDims = kThreads;  // dims per block of the merge kernel (one per thread)
 constexpr std::size_t kCounterBytes = 1024;  // merge counters at the workspace's start
@@ -112,6 +108,85 @@ __device__ __forceinline__ void load8(const unsigned char* row, int piece, float
         v[4] = bf16LoToFloat(u.z); v[5] = bf16HiToFloat(u.z);
         v[6] = bf16LoToFloat(u.w); v[7] = bf16HiToFloat(u.w);
     }
+}
+
+// Merges dims [dimBegin, dimEnd) of query head h of `row` from its splits' partials into out.
+// Every thread of the block calls it (block-wide barriers). Partials are read through L2
+// (__ldcg): in the fused form other blocks of the same launch wrote them. Each output element's
+// arithmetic depends on its dim and the splits only (not on the thread or the dim range), so the
+// fused merge (all dims in one block) and the merge kernel (dims spread over blocks) give the same
+// bits.
+// `weights` (kMaxSplits floats) and `scratch` (32 floats) are shared memory.
+__device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const float* __restrict__ partML, int splits,
+                                          int qHeads, int headDim, int h, int row, float* __restrict__ out,
+                                          std::int64_t outStride, float* weights, float* scratch, int dimBegin,
+                                          int dimEnd) {
+    // Latency-bound (a decode step merges a few dozen splits per head): every split's (m, l) is
+    // read by its own thread, the maximum is a block reduction, and the O sum keeps four
+    // independent accumulators so four partial loads are in flight per thread. (The first
+    // version walked the splits serially in every thread: ~8 µs per launch on an H200.)
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const std::int64_t base = (static_cast<std::int64_t>(row) * qHeads + h) * splits;
+    // Splits that received keys have m > -inf and form a prefix (pieces are laid out from the band's
+    // start); only their O is read. The split count is sized for the longest band, so at a short
+    // one most splits are empty: a 12b full layer at position ~160 has 21 of 256 (Nsight Compute:
+    // this kernel took 89 µs per full layer when it read all 256, docs/PERFORMANCE.md version 6).
+    float mLocal = -INFINITY;
+    float live = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        const float m = __ldcg(partML + (base + s) * 2);
+        mLocal = fmaxf(mLocal, m);
+        live += m > -INFINITY ? 1.0f : 0.0f;
+    }
+    mLocal = warpMax(mLocal);
+    live = warpSum(live);
+    if (lane == 0) {
+        scratch[warp] = mLocal;
+        scratch[16 + warp] = live;
+    }
+    __syncthreads();
+    float mMax = -INFINITY;
+    float liveSplits = 0.0f;
+    for (int w = 0; w < (kThreads >> 5); ++w) {
+        mMax = fmaxf(mMax, scratch[w]);
+        liveSplits += scratch[16 + w];
+    }
+    const int active = static_cast<int>(liveSplits);
+    float lPart = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        // An empty split has m = -inf: exp(-inf) = 0. All splits empty cannot happen (position p
+        // itself is always in the band).
+        const float w = expf(__ldcg(partML + (base + s) * 2) - mMax);
+        weights[s] = w;
+        lPart += w * __ldcg(partML + (base + s) * 2 + 1);
+    }
+    const float l = blockSum(lPart, scratch);  // its barriers also publish `weights`
+    const float invL = 1.0f / l;
+    const float* o = partO + base * headDim;
+    for (int d = dimBegin + static_cast<int>(threadIdx.x); d < dimEnd; d += blockDim.x) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int s = 0;
+        // 16 loads in flight (at depth every split is live: a 12b full layer at 32K merged 256
+        // splits at 4 loads a round trip in 89 µs, Nsight Compute, version 7), the same fma order
+        // per accumulator as the 4-split steps below.
+        for (; s + 16 <= active; s += 16) {
+            float v[16];
+#pragma unroll
+            for (int k = 0; k < 16; ++k) v[k] = __ldcg(o + static_cast<std::int64_t>(s + k) * headDim + d);
+#pragma unroll
+            for (int k = 0; k < 16; ++k) acc[k & 3] = fmaf(weights[s + k], v[k], acc[k & 3]);
+        }
+        for (; s + 4 <= active; s += 4) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                acc[u] = fmaf(weights[s + u], __ldcg(o + static_cast<std::int64_t>(s + u) * headDim + d), acc[u]);
+        }
+        for (; s < active; ++s) acc[0] = fmaf(weights[s], __ldcg(o + static_cast<std::int64_t>(s) * headDim + d), acc[0]);
+        out[row * outStride + static_cast<std::int64_t>(h) * headDim + d] =
+            ((acc[0] + acc[1]) + (acc[2] + acc[3])) * invL;
+    }
+    __syncthreads();  // weights and scratch are reused by the next head
 }
 
 // ---- kernels -----------------------------------------------------------------------------------------
@@ -371,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, D >= 128 ? kMaxBlocksPerSm : 1) atte
     float* weights = reinterpret_cast<float*>(smem);
     float* scratch = weights + kMaxSplits;
     for (int h = 0; h < g; ++h)
-        mergeHead<kThreads, false>(partO, partML, splits, p.qHeads, D, kvh * g + h, row, p.out, p.outStride, weights, scratch, 0, D);
+        mergeHead(partO, partML, splits, p.qHeads, D, kvh * g + h, row, p.out, p.outStride, weights, scratch, 0, D);
     if (tid == 0) *counter = 0;
 }
 
@@ -384,7 +459,7 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
     allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
     const int dimBegin = static_cast<int>(blockIdx.z) * kMergeDims;
     const int dimEnd = dimBegin + kMergeDims < headDim ? dimBegin + kMergeDims : headDim;
-    mergeHead<kThreads, false>(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride, weights, scratch, dimBegin, dimEnd);
+    mergeHead(partO, partML, splits, qHeads, headDim, blockIdx.x, blockIdx.y, out, outStride, weights, scratch, dimBegin, dimEnd);
 }
 
 // ---- cluster form (AttentionDecodeParams::cluster) ------------------------------------------------
@@ -941,7 +1016,6 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.scale = p.scale;
     f.out = p.out;
     f.outStride = p.outStride;
-    f.narrowTile = p.tensorCores && p.narrowTile;
     return f;
 }
 
@@ -987,24 +1061,12 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         return launchStatus(launchCluster(p, size, facts.device, stream));
     }
     if (p.tensorCores) {
-        if (p.rows != 1 || p.fuseNormRope || p.fuseMerge || (p.mergeInPieces && 2 * p.kvHeads > kMaxCounters))
-            return KernelStatus::InvalidArgument;
+        if (p.rows != 1 || p.fuseNormRope || p.fuseMerge) return KernelStatus::InvalidArgument;
         const int splits = chooseSplits(p, facts);
         if (splits < 1) return KernelStatus::Unsupported;
         if (p.workspaceBytes < workspaceBytesFor(p, splits)) return KernelStatus::InvalidArgument;
-        AttentionPrefillParams pieces = prefillForm(p, splits, partialO(p), partialML(p, splits));
-        // The pieces' own merge needs every block resident at once (its last blocks wait for the
-        // rest); a forced split count past one round of resident blocks keeps the merge kernel.
-        bool mergeInPieces = p.mergeInPieces && splits > 1;
-        if (mergeInPieces) {
-            pieces.mergeCounters = static_cast<int*>(p.workspace);
-            AttentionPrefillPlan plan;
-            if (attentionPrefillPlan(pieces, plan) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-            mergeInPieces = static_cast<std::int64_t>(plan.gridX) * plan.gridY * splits <= static_cast<std::int64_t>(plan.blocksPerSm) * facts.smCount;
-            if (!mergeInPieces) pieces.mergeCounters = nullptr;
-        }
-        const KernelStatus status = launchAttentionPrefill(pieces, stream);
-        if (status != KernelStatus::Ok || splits == 1 || mergeInPieces) return status;
+        const KernelStatus status = launchAttentionPrefill(prefillForm(p, splits, partialO(p), partialML(p, splits)), stream);
+        if (status != KernelStatus::Ok || splits == 1) return status;
         return launchMerge(p, partialO(p), partialML(p, splits), splits, stream) == cudaSuccess ? KernelStatus::Ok
                                                                                                  : KernelStatus::LaunchFailed;
     }

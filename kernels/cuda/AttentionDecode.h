@@ -89,14 +89,6 @@ struct AttentionDecodeParams {
     // separated by a graph launch or a host copy (the CUDA backend's decode steps). The current
     // position's rows are loaded after the wait.
     bool prefetchBand = false;
-    // With tensorCores: the pieces on the prefill kernel's narrow tile (AttentionPrefillParams::
-    // narrowTile; an experiment, off by default). Ignored otherwise.
-    bool narrowTile = false;
-    // With tensorCores: the pieces merge in their own launch (AttentionPrefillParams::
-    // mergeCounters, two counters per kv head at the workspace's start, which must be zero and
-    // are left zero) instead of the merge kernel: one launch instead of two, the same bits. An
-    // experiment, off by default. At most 128 kv heads.
-    bool mergeInPieces = false;
 };
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").

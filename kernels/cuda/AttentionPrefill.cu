@@ -82,9 +82,7 @@
 
 #include <climits>
 #include <cmath>
-#include <type_traits>
 
-#include "AttentionMerge.h"
 #include "CudaCommon.h"
 
 namespace gemma::cuda {
@@ -107,22 +105,11 @@ template <> struct Tile<256> { static constexpr int kWarpsM = 4, kWarpsD = 2, kK
 // 41.1 µs (bf16); pp2048 +2 %.
 template <> struct Tile<512> { static constexpr int kWarpsM = 2, kWarpsD = 4, kKeys = 32; };
 
-// The narrow tile (AttentionPrefillParams::narrowTile; one query row): one row group of 16
-// (row, head) pairs, the head dim over 8 warps. A decode row of a 12b full layer has 16 pairs, so
-// the 32-pair tile above spends half its warps on padding rows; here every warp holds real rows
-// and half as many dims, and the S partials are summed by a reduce-scatter (below). Head dims
-// below 256 keep their own tile.
 template <int D>
-struct NarrowTile : Tile<D> {};
-template <> struct NarrowTile<256> { static constexpr int kWarpsM = 1, kWarpsD = 8, kKeys = 32; };
-template <> struct NarrowTile<512> { static constexpr int kWarpsM = 1, kWarpsD = 8, kKeys = 32; };
-
-template <int D, bool NARROW = false>
 struct Shape {
-    using T = std::conditional_t<NARROW, NarrowTile<D>, Tile<D>>;
-    static constexpr int kWarpsM = T::kWarpsM;
-    static constexpr int kWarpsD = T::kWarpsD;
-    static constexpr int kKeys = T::kKeys;                // BN
+    static constexpr int kWarpsM = Tile<D>::kWarpsM;
+    static constexpr int kWarpsD = Tile<D>::kWarpsD;
+    static constexpr int kKeys = Tile<D>::kKeys;          // BN
     static constexpr int kWarps = kWarpsM * kWarpsD;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = 16 * kWarpsM;            // BM (packed row, head pairs)
@@ -130,21 +117,19 @@ struct Shape {
     static constexpr int kPitch = D + 8;                  // halves per fp16 K/V row (+16 bytes)
     // Shared memory: [K tile | V tile] fp16, [S partials] (WD > 1), [hull scratch], [raw ring].
     static constexpr int kKvBytes = 2 * kKeys * kPitch * 2;
-    // The S partials of every warp (kWarpsD > 1), then at 8 dimension warps the summed tile.
-    static constexpr int kSredBytes = kWarpsD > 1 ? (kWarps + (kWarpsD == 8 ? 1 : 0)) * (kKeys / 8) * 32 * 16 : 0;
+    static constexpr int kSredBytes = kWarpsD > 1 ? kWarps * (kKeys / 8) * 32 * 16 : 0;
     static constexpr int kHullBytes = 16 * ((kWarps * 2 * 4 + 15) / 16);
     static constexpr int kRawOffset = kKvBytes + kSredBytes + kHullBytes;
-    static_assert(kWarpsD == 1 || kWarpsD == 2 || kWarpsD == 4 || (kWarpsD == 8 && kWarpsM == 1),
-                  "S partial sum: pairwise up to 4 dimension warps, reduce-scatter at 8 (one row group)");
+    static_assert(kWarpsD == 1 || kWarpsD == 2 || kWarpsD == 4, "S partial sum is pairwise");
     static_assert(kWarpsM <= 4, "one named barrier per row group (rowGroupBarrier: ids 1..4)");
     static_assert(kKeys % 16 == 0 && kDims % 16 == 0, "whole mma k-steps and ldmatrix.x4 pairs");
     static_assert((kKeys * D * 2 / 16) % kThreads == 0, "bf16 chunks split evenly over threads");
 };
 
-template <int D, typename KvT, bool NARROW = false>
+template <int D, typename KvT>
 constexpr std::size_t sharedBytes(int stages) {
-    return static_cast<std::size_t>(Shape<D, NARROW>::kRawOffset) +
-           static_cast<std::size_t>(stages) * Shape<D, NARROW>::kKeys * D * sizeof(KvT);
+    return static_cast<std::size_t>(Shape<D>::kRawOffset) +
+           static_cast<std::size_t>(stages) * Shape<D>::kKeys * D * sizeof(KvT);
 }
 
 // ---- device helpers ------------------------------------------------------------------------------
@@ -223,59 +208,13 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
     }
 }
 
-// ---- the pieces' own merge (AttentionPrefillParams::mergeCounters) --------------------------------
-using mergedetail::kMergeThreads;  // the decode merge kernel's block: the same sums, the same bits
-using mergedetail::kMaxSplits;     // the weights' shared memory
-
-// Called by every thread of a split block after its partials are stored. `smem`: the kernel's
-// dynamic shared memory, free after the key loop (at least (kMaxSplits + 34) floats).
-__device__ __forceinline__ void mergeInLaunch(const AttentionPrefillParams& p, int kvh, int G, int D, unsigned char* smem) {
-    float* weights = reinterpret_cast<float*>(smem);
-    float* scratch = weights + kMaxSplits;
-    int* ticketSlot = reinterpret_cast<int*>(scratch + 32);
-    int* done = p.mergeCounters + 2 * kvh;
-    int* passed = done + 1;
-    const int splits = p.splits;
-    // One merger per unit of kMergeThreads dims of one head (the merge kernel's grid: a 12b full
-    // layer has 64), at most one per split. (16 mergers dealt several units each: 8 µs slower than
-    // the merge kernel at 32K keys, 132 splits, H200.)
-    const int chunks = (D + kMergeThreads - 1) / kMergeThreads;
-    const int mergers = splits < G * chunks ? splits : G * chunks;
-    __syncthreads();  // every thread's partials are stored, and the K/V tiles are read for the last time
-    if (threadIdx.x == 0) {
-        __threadfence();  // the block's partials before its count (cumulative over the barrier)
-        *ticketSlot = atomicAdd(done, 1);
-    }
-    __syncthreads();
-    const int ticket = *ticketSlot;
-    if (ticket < splits - mergers) return;  // block-uniform: not one of the last arrivals
-    if (threadIdx.x == 0)
-        while (loadAcquire(done) < splits) __nanosleep(64);
-    __syncthreads();  // every piece's partials, for every thread's __ldcg reads
-    // Units of kMergeThreads dims of one head of the group, dealt out over the mergers.
-    for (int unit = ticket - (splits - mergers); unit < G * chunks; unit += mergers) {
-        const int h = unit / chunks;
-        const int dimBegin = (unit - h * chunks) * kMergeThreads;
-        const int dimEnd = dimBegin + kMergeThreads < D ? dimBegin + kMergeThreads : D;
-        mergedetail::mergeHead<kMergeThreads, true>(p.partO, p.partML, splits, p.qHeads, D, kvh * G + h, 0, p.out, p.outStride,
-                                                   weights, scratch, dimBegin, dimEnd);
-    }
-    // The last merger out zeroes the counters for the next launch: every merger has passed its wait.
-    __syncthreads();
-    if (threadIdx.x == 0 && atomicAdd(passed, 1) == mergers - 1) {
-        *done = 0;
-        *passed = 0;
-    }
-}
-
 // ---- kernel ----------------------------------------------------------------------------------------
 // cap32 = min(capacity, INT_MAX) (positions are int, so the slot arithmetic fits 32 bits);
 // stages = raw ring depth (1..kMaxStages), shared memory = sharedBytes<D, KvT>(stages).
-// MERGE: the split pieces merge in this launch (AttentionPrefillParams::mergeCounters set).
-template <int D, typename KvT, bool NARROW = false, bool MERGE = false>
-__global__ void __launch_bounds__(Shape<D, NARROW>::kThreads, 1)
+template <int D, typename KvT>
+__global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     attentionPrefillKernel(const AttentionPrefillParams p, const int cap32, const int stages) {
-    using Sh = Shape<D, NARROW>;
+    using Sh = Shape<D>;
     constexpr int BN = Sh::kKeys;
     constexpr int WD = Sh::kWarpsD;
     constexpr int DW = Sh::kDims;
@@ -483,39 +422,7 @@ __global__ void __launch_bounds__(Shape<D, NARROW>::kThreads, 1)
                         mma16816(s[2 * np + 1], qf[ks], b[2], b[3]);
                     }
                 }
-                if constexpr (WD == 8) {
-                    // Eight dimension warps, one row group (the narrow tile): every warp stores its
-                    // partial; each thread then sums one float2 of the tile over the 8 partials in
-                    // warp order and stores it; every warp reads the sums back. One sum per score,
-                    // so all warps hold the same bits.
-                    float4* mine = sred + warp * kKeyTiles8 * 32 + lane;
-#pragma unroll
-                    for (int j = 0; j < kKeyTiles8; ++j) mine[j * 32] = make_float4(s[j][0], s[j][1], s[j][2], s[j][3]);
-                    rowGroupBarrier<WD * 32>(wm);
-                    constexpr int kHalves = kKeyTiles8 * 32 * 2;  // float2 pieces of one warp's partial
-                    const float2* parts = reinterpret_cast<const float2*>(sred);
-                    float2* total = reinterpret_cast<float2*>(sred + Sh::kWarps * kKeyTiles8 * 32);
-                    for (int it = tid; it < kHalves; it += NT) {
-                        float2 sum = parts[it];
-#pragma unroll
-                        for (int w = 1; w < WD; ++w) {
-                            const float2 x = parts[w * kHalves + it];
-                            sum.x += x.x;
-                            sum.y += x.y;
-                        }
-                        total[it] = sum;
-                    }
-                    rowGroupBarrier<WD * 32>(wm);
-                    const float4* summed = reinterpret_cast<const float4*>(total) + lane;
-#pragma unroll
-                    for (int j = 0; j < kKeyTiles8; ++j) {
-                        const float4 x = summed[j * 32];
-                        s[j][0] = x.x;
-                        s[j][1] = x.y;
-                        s[j][2] = x.z;
-                        s[j][3] = x.w;
-                    }
-                } else if constexpr (WD > 1) {
+                if constexpr (WD > 1) {
                     // Sum the row group's WD partials. Pairwise and commutative: warps w and w^1
                     // form the same pair sum, and (pair + other pair) is the same in every warp,
                     // so all WD warps hold bitwise-identical scores.
@@ -609,7 +516,6 @@ __global__ void __launch_bounds__(Shape<D, NARROW>::kThreads, 1)
                 // reported the V/K tile refills after (A)/(C) as WAR hazards (2026-11-29; a host
                 // emulation with exact happens-before tracking found no race either way).
                 rowGroupBarrier<WD * 32>(wm);
-                if constexpr (WD == 8) rowGroupBarrier<WD * 32>(wm);  // the reduce-scatter's second
             }
             __syncthreads();      // (C) V(t) visible; S(t) done everywhere → K tile free
             step(2 * t + 2);      // K(t+1)
@@ -656,7 +562,6 @@ __global__ void __launch_bounds__(Shape<D, NARROW>::kThreads, 1)
                 p.partML[idx * 2 + 1] = anyKeys ? l[i] : 0.0f;
             }
         }
-        if constexpr (MERGE) mergeInLaunch(p, kvh, G, D, smem);
         return;
     }
 
@@ -684,14 +589,14 @@ inline bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p
 // Staging depth for one instantiation on one device, cached per host thread: the depth that
 // maximises blocks/SM × stages (cp.async tiles in flight per SM), ties to more blocks. Occupancy
 // comes from the runtime, so registers and the device's shared memory both count.
-template <int D, typename KvT, bool NARROW, bool MERGE>
+template <int D, typename KvT>
 KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
     thread_local Plan cached;
     if (cached.device == facts.device) {
         out = cached;
         return KernelStatus::Ok;
     }
-    const auto kernel = attentionPrefillKernel<D, KvT, NARROW, MERGE>;
+    const auto kernel = attentionPrefillKernel<D, KvT>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              facts.maxSharedPerBlockOptin) != cudaSuccess)
         return KernelStatus::LaunchFailed;
@@ -703,10 +608,10 @@ KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
     Plan best;
     int bestScore = 0;
     for (int stages = 1; stages <= kMaxStages; ++stages) {
-        const std::size_t smem = sharedBytes<D, KvT, NARROW>(stages);
+        const std::size_t smem = sharedBytes<D, KvT>(stages);
         if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) break;
         int blocks = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape<D, NARROW>::kThreads, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape<D>::kThreads, smem) !=
             cudaSuccess)
             return KernelStatus::LaunchFailed;
         if (blocks < 1) break;
@@ -737,9 +642,6 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     if (p.splits < 1 || p.splits > 65535) return KernelStatus::InvalidArgument;
     if (p.splits > 1 && (p.rows != 1 || !p.partO || !p.partML || !aligned8(p.partO) || !aligned8(p.partML)))
         return KernelStatus::InvalidArgument;
-    if (p.narrowTile && p.rows != 1) return KernelStatus::InvalidArgument;
-    if (p.mergeCounters && (p.splits < 2 || p.splits > kMaxSplits || (reinterpret_cast<std::uintptr_t>(p.mergeCounters) & 3u) != 0))
-        return KernelStatus::InvalidArgument;
     return KernelStatus::Ok;
 }
 
@@ -757,33 +659,21 @@ KernelStatus dispatch(const AttentionPrefillParams& p, F&& f) {
     }
 }
 
-// Calls f.template operator()<NARROW, MERGE>() with NARROW = the narrow tile where asked for and
-// the head dim has one (AttentionPrefillParams::narrowTile), MERGE = the pieces' own merge
-// (mergeCounters).
-template <int D, typename F>
-KernelStatus withTile(const AttentionPrefillParams& p, F&& f) {
-    const auto byMerge = [&]<bool NARROW>() {
-        return p.mergeCounters ? f.template operator()<NARROW, true>() : f.template operator()<NARROW, false>();
-    };
-    if constexpr (D >= 256) {
-        if (p.narrowTile) return byMerge.template operator()<true>();
-    }
-    return byMerge.template operator()<false>();
-}
-
 // Grid for an instantiation: (kvHeads, query tiles, splits). False when the tile count exceeds grid.y.
-template <int D, bool NARROW>
+template <int D>
 bool gridFor(const AttentionPrefillParams& p, dim3& grid) {
     const std::int64_t pairs = static_cast<std::int64_t>(p.rows) * (p.qHeads / p.kvHeads);
-    const std::int64_t tiles = (pairs + Shape<D, NARROW>::kRows - 1) / Shape<D, NARROW>::kRows;
+    const std::int64_t tiles = (pairs + Shape<D>::kRows - 1) / Shape<D>::kRows;
     if (tiles > 65535) return false;
     grid = dim3(static_cast<unsigned>(p.kvHeads), static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
     return true;
 }
 
-// Validates p, picks the instance (head dim, cache dtype, tile) and its plan and grid, and calls
-// f.template operator()<D, KvT, NARROW, MERGE>(plan, grid): the launcher and attentionPrefillPlan
-// share it.
+}  // namespace prefilldetail
+
+namespace prefilldetail {
+// The launch shape for p on the current device, shared by the plan and the launcher so both pick
+// the same: validates p, then calls f.template operator()<D, KvT>(plan, grid).
 template <typename F>
 KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     const KernelStatus valid = validate(p);
@@ -791,25 +681,22 @@ KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     return dispatch(p, [&]<int D, typename KvT>() {
-        return withTile<D>(p, [&]<bool NARROW, bool MERGE>() {
-            Plan pl;
-            const KernelStatus st = planFor<D, KvT, NARROW, MERGE>(facts, pl);
-            if (st != KernelStatus::Ok) return st;
-            dim3 grid;
-            if (!gridFor<D, NARROW>(p, grid)) return KernelStatus::Unsupported;
-            return f.template operator()<D, KvT, NARROW, MERGE>(pl, grid);
-        });
+        Plan pl;
+        const KernelStatus st = planFor<D, KvT>(facts, pl);
+        if (st != KernelStatus::Ok) return st;
+        dim3 grid;
+        if (!gridFor<D>(p, grid)) return KernelStatus::Unsupported;
+        return f.template operator()<D, KvT>(pl, grid);
     });
 }
-
 }  // namespace prefilldetail
 
 KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPrefillPlan& plan) {
     using namespace prefilldetail;
-    return withLaunchShape(p, [&]<int D, typename KvT, bool NARROW, bool>(const Plan& pl, dim3 grid) {
-        plan.threads = Shape<D, NARROW>::kThreads;
-        plan.rowsPerBlock = Shape<D, NARROW>::kRows;
-        plan.keysPerTile = Shape<D, NARROW>::kKeys;
+    return withLaunchShape(p, [&]<int D, typename KvT>(const Plan& pl, dim3 grid) {
+        plan.threads = Shape<D>::kThreads;
+        plan.rowsPerBlock = Shape<D>::kRows;
+        plan.keysPerTile = Shape<D>::kKeys;
         plan.rawStages = pl.stages;
         plan.sharedBytes = pl.smem;
         plan.blocksPerSm = pl.blocksPerSm;
@@ -822,8 +709,8 @@ KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPref
 KernelStatus launchAttentionPrefill(const AttentionPrefillParams& p, cudaStream_t stream) {
     using namespace prefilldetail;
     const int cap32 = p.capacity > INT_MAX ? INT_MAX : static_cast<int>(p.capacity);
-    return withLaunchShape(p, [&]<int D, typename KvT, bool NARROW, bool MERGE>(const Plan& pl, dim3 grid) {
-        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, NARROW, MERGE>, grid, dim3(Shape<D, NARROW>::kThreads), pl.smem, stream,
+    return withLaunchShape(p, [&]<int D, typename KvT>(const Plan& pl, dim3 grid) {
+        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
                                              p.programmaticLaunch, p, cap32, pl.stages);
         return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
     });

@@ -52,22 +52,6 @@ struct AttentionPrefillParams {
     // sm_90+: programmatic dependent launch (the kernel waits for the kernel before it before
     // reading anything). Ignored elsewhere.
     bool programmaticLaunch = false;
-    // One query row (rows == 1, else refused) on the narrow tile: one row group of 16 (row, head)
-    // pairs with the head dim over 8 warps, at head dims 256 and 512 (others keep their tile). The
-    // default tile holds 32 pairs at d 512 and 64 at d 256, mostly padding for a decode row's
-    // group, and half its warps then do no S or P·V work. Another summation order of the scores
-    // (within fp32 rounding). An experiment, off by default (docs/PERFORMANCE.md version 17,
-    // first lever).
-    bool narrowTile = false;
-    // Split mode only (splits > 1): the pieces merge in this launch instead of the decode merge
-    // kernel. Each block counts itself done in mergeCounters[2·kvHead] after its partials; the last
-    // min(splits, group heads · ⌈headDim / 128⌉) blocks of a kv head wait until all its pieces are
-    // counted, then merge a share of the head group's dims into out with the merge kernel's arithmetic (the same bits;
-    // AttentionMerge.h), and the last of them zeroes mergeCounters[2·kvHead] and [2·kvHead + 1].
-    // Both must be zero at launch (2·kvHeads ints, 4-byte aligned). Every block must be resident at
-    // once (waiting blocks spin): the decode path sizes splits to one round of resident blocks.
-    // An experiment, off by default (docs/PERFORMANCE.md version 17).
-    int* mergeCounters = nullptr;
 };
 
 // The launch shape the launcher picks for these parameters on the current device (information

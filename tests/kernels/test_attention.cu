@@ -14,10 +14,7 @@
 // - the tensor-core form (tensorCores: the prefill kernel over pieces of the band, then the merge)
 //   on every one-row fixture, against the same FP64 reference with the prefill harness's fp16
 //   tolerances (test_attention_prefill.cu says where they come from; same input distribution),
-//   forced and automatic splits, empty pieces, programmatic launch, and its refusals; the same
-//   fixtures again on the narrow tile (narrowTile: head dims 256 and 512), timed beside the default;
-//   every split case also merged in the pieces' own launch (mergeInPieces), bit for bit against
-//   the two launches, the merge counters back to zero.
+//   forced and automatic splits, empty pieces, programmatic launch, and its refusals.
 // - the cluster form (cluster: one launch, blocks of a cluster merged through distributed shared
 //   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
 //   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
@@ -48,7 +45,6 @@ struct Fixture {
     bool oracle = false;
     bool timing = false;
     bool tensorCores = false;
-    bool narrowTile = false;  // with tensorCores: the prefill kernel's narrow tile
 };
 
 // The tensor-core form's tolerances: test_attention_prefill.cu's kRelTol / kAbsTol (fp16 q, K, V
@@ -135,7 +131,6 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     p.rows = rows;
     p.splits = f.splits;
     p.tensorCores = f.tensorCores;
-    p.narrowTile = f.narrowTile;
     const std::size_t wsBytes = gc::attentionDecodeWorkspaceBytes(p);
     DeviceBuffer<float> dws(wsBytes / sizeof(float));
     dws.poison();
@@ -147,25 +142,6 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     HCHECK_STATUS(gc::launchAttentionDecode(p, producer.stream()));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> out = dout.download();
-    // The tensor-core pieces merging in their own launch (mergeInPieces): the merge kernel's bits,
-    // and the counters (zero before: the backend zeroes its workspace once) zero again after.
-    if (f.tensorCores && gc::attentionDecodeSplits(p) > 1) {
-        HCHECK(cudaMemset(dws.ptr, 0, 1024));
-        dout.poison();
-        gc::AttentionDecodeParams merged = p;
-        merged.mergeInPieces = true;
-        producer.produce();
-        HCHECK_STATUS(gc::launchAttentionDecode(merged, producer.stream()));
-        HCHECK(cudaDeviceSynchronize());
-        const std::vector<float> again = dout.download();
-        std::vector<int> counters(256);
-        HCHECK(cudaMemcpy(counters.data(), dws.ptr, 1024, cudaMemcpyDeviceToHost));
-        const bool zero = std::all_of(counters.begin(), counters.end(), [](int c) { return c == 0; });
-        const bool same = again.size() == out.size() && std::memcmp(again.data(), out.data(), out.size() * sizeof(float)) == 0;
-        report.addCheck("attn " + producer.tag() + (f.narrowTile ? "tensor cores, narrow tile " : "tensor cores ") + f.name +
-                            ": merged in the pieces' launch, bit-identical, counters zero",
-                        same && zero, std::string(same ? "" : "output differs; ") + (zero ? "" : "counters left"));
-    }
 
     // FP64 reference.
     std::vector<double> ref(out.size());
@@ -199,7 +175,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     const int splitsUsed = gc::attentionDecodeSplits(p);
     const std::string note = "splits " + std::to_string(splitsUsed);
     const double tol = f.tensorCores ? kTensorCoreRelTol : 1e-4, absTol = f.tensorCores ? kTensorCoreAbsTol : 1e-4;
-    const std::string form = f.tensorCores ? (f.narrowTile ? "tensor cores, narrow tile " : "tensor cores ") : "";
+    const std::string form = f.tensorCores ? "tensor cores " : "";
     bool ok = report.add("attn " + producer.tag() + form + f.name, compare(out.data(), ref.data(), out.size()), tol, absTol, note);
 
     // Parity oracle: cuBLASLt S = Q·Kᵀ, softmax, O = P·V, per (row, kv head), over the band.
@@ -257,15 +233,6 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
         std::snprintf(line, sizeof line, "%-40s %8.1f us  %7.1f GB/s (live K+V band, %d splits)",
                       (form + f.name).c_str(), us, bytes / us * 1e-3, splitsUsed);
         perf.push_back(line);
-        if (f.tensorCores && splitsUsed > 1) {  // the pieces merging in their own launch
-            HCHECK(cudaMemset(dws.ptr, 0, 1024));
-            gc::AttentionDecodeParams merged = p;
-            merged.mergeInPieces = true;
-            const double mergedUs = medianMicros([&](int) { gc::launchAttentionDecode(merged, nullptr); }, 5, 30);
-            std::snprintf(line, sizeof line, "%-40s %8.1f us  %7.1f GB/s (live K+V band, %d splits, merged in the pieces' launch)",
-                          (form + f.name).c_str(), mergedUs, bytes / mergedUs * 1e-3, splitsUsed);
-            perf.push_back(line);
-        }
     }
     return ok;
 }
@@ -631,12 +598,6 @@ int main() {
         f.tensorCores = true;
         runFixture(f, rng, report, lt, perf, ordinary);
     }
-    // The same fixtures on the narrow tile (AttentionPrefillParams::narrowTile; head dims 256 and
-    // 512, the others keep their tile), timed beside the default where the fixture is timed.
-    for (Fixture f : tensorCoreFixtures) {
-        f.narrowTile = true;
-        runFixture(f, rng, report, lt, perf, ordinary);
-    }
     // Refusals: more than one row, or a fusion, with tensorCores.
     {
         gc::AttentionDecodeParams bad;
@@ -666,11 +627,9 @@ int main() {
     // odd split count (no oracle, no timing); then 2 rounds of the tensor-core form.
     // (Skipped under GEMMA_FIXTURES: they pick fixtures by index.)
     const std::size_t pdlFixtures[] = {5, 16, 18};
-    for (int round = 0; round < (only ? 0 : 14); ++round) {
-        // Rounds 10 and 11: the tensor-core form (its split kernel and the merge, programmatic);
-        // 12 and 13: the same on the narrow tile.
-        Fixture f = round < 10 ? fx[pdlFixtures[round % 3]] : tensorCoreFixtures[tensorCoreFixtures.size() - 3 + (round - 10) % 2];
-        f.narrowTile = round >= 12;
+    for (int round = 0; round < (only ? 0 : 12); ++round) {
+        // Rounds 10 and 11: the tensor-core form (its split kernel and the merge, programmatic).
+        Fixture f = round < 10 ? fx[pdlFixtures[round % 3]] : tensorCoreFixtures[tensorCoreFixtures.size() - 3 + (round - 10)];
         f.oracle = f.timing = false;
         Producer producer(true);
         runFixture(f, rng, report, nullptr, perf, producer);

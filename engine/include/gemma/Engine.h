@@ -200,10 +200,6 @@ struct OpenOptions {
     // pieces save). Both choose among existing kernels.
     bool fuseFullAttention = false;
     bool tensorCoreSlidingAttention = false;
-    // CUDA: the tensor-core pieces merge their splits in their own launch (AttentionDecodeParams::
-    // mergeInPieces: the same bits as the merge kernel, one launch fewer per layer). An
-    // experiment, off by default (docs/PERFORMANCE.md version 18).
-    bool attentionMergeInPieces = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
