@@ -187,6 +187,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
+          clusterAttentionRing_(options.clusterAttentionRing),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -290,7 +291,8 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
-                                         (attentionPrefetch_ ? " (band prefetched)" : "")
+                                         (attentionPrefetch_ ? " (band prefetched)" : "") +
+                                         (clusterAttentionRing_ ? " (two-stage ring)" : "")
                                    : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
@@ -1586,6 +1588,7 @@ private:
                 // The merge: through the cluster's shared memory, or by the last split block.
                 d.cluster = clusterAttentionFor(l, rows);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
+                d.clusterRing = d.cluster && clusterAttentionRing_;
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
@@ -1660,6 +1663,7 @@ private:
     bool clusterAttention_ = true;
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
+    bool clusterAttentionRing_ = false;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;

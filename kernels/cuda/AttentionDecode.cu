@@ -525,13 +525,18 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
 // G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
 // G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
 // so the scores read q from shared memory.
-template <int D, typename KvT, int G>
+// RING (AttentionDecodeParams::clusterRing; instantiated at head dim 256 only): the chunk's rows
+// as a ring of two stages of KC/2 keys, the next stage's loads in flight while this one is
+// computed; otherwise one chunk of KC keys is loaded, then computed, then the next loaded.
+template <int D, typename KvT, int G, bool RING = false>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     constexpr int kElem = static_cast<int>(sizeof(KvT));
     constexpr int kRowBytes = D * kElem;
     constexpr int KC = clusterChunkKeys(D, kElem);
+    constexpr int KS = RING ? KC / 2 : KC;                        // keys per stage (load unit)
+    static_assert(!RING || KS >= 1, "a ring stage holds at least one key");
     constexpr int N = D / 32;                                     // dims per lane in the scores
     constexpr int DT = D >= kClusterThreads ? D / kClusterThreads : 1;  // dims per thread in P·V
     constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
@@ -580,10 +585,10 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     const unsigned char* vBase = static_cast<const unsigned char*>(p.vCache) + static_cast<std::int64_t>(kvh) * kRowBytes;
     const std::int64_t slotBytes = static_cast<std::int64_t>(p.kvHeads) * kRowBytes;
     constexpr int kChunks16 = kRowBytes / 16;
-    // Loads keys [first, first + count) of the piece into rows 0..count-1; the current position's
-    // rows come from curK/curV after the wait instead (writesCurrent), or, when `skipCurrent`, are
-    // left for a load after the wait.
-    auto issueChunk = [&](std::int64_t first, int count, bool skipCurrent) {
+    // Loads keys [first, first + count) of the piece into rows base..base+count-1; the current
+    // position's rows come from curK/curV after the wait instead (writesCurrent), or, when
+    // `skipCurrent`, are left for a load after the wait.
+    auto issueChunk = [&](std::int64_t first, int count, int base, bool skipCurrent) {
         // Slots of consecutive positions: one 64-bit remainder per chunk; count <= the band <=
         // capacity, so a slot past the end wraps with one subtraction.
         const std::int64_t firstSlot = first % p.capacity;
@@ -594,18 +599,37 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             std::int64_t slot = firstSlot + r;
             if (slot >= p.capacity) slot -= p.capacity;
             const std::int64_t off = slot * slotBytes + c * 16;
-            cpAsync16(kRows + r * kRowBytes + c * 16, kBase + off, true);
-            cpAsync16(vRows + r * kRowBytes + c * 16, vBase + off, true);
+            cpAsync16(kRows + (base + r) * kRowBytes + c * 16, kBase + off, true);
+            cpAsync16(vRows + (base + r) * kRowBytes + c * 16, vBase + off, true);
         }
         cpAsyncCommit();
     };
-    const int firstCount = hasKeys ? static_cast<int>(be - bs < KC ? be - bs : KC) : 0;
-    if (hasKeys) issueChunk(bs, firstCount, p.prefetchBand);
+    // Stage i holds keys [bs + i·KS, bs + (i+1)·KS) of the piece, in rows (i % 2)·KS.. with RING,
+    // rows 0.. otherwise; stageKeys(i) = 0 past the piece's end.
+    auto stageKeys = [&](int i) {
+        const std::int64_t first = bs + static_cast<std::int64_t>(i) * KS;
+        return first < be ? static_cast<int>(be - first < KS ? be - first : KS) : 0;
+    };
+    // Before the loop: stage 0, and with RING stage 1 (before the wait with prefetchBand). Rows
+    // base + r of stage i hold key bs + i·KS + r, and base = i·KS for stages 0 and 1, so the row
+    // of key k issued here is k − bs in either.
+    const int firstCount = hasKeys ? static_cast<int>(be - bs < KS ? be - bs : KS) : 0;
+    if (hasKeys) issueChunk(bs, firstCount, 0, p.prefetchBand);
+    int issuedKeys = firstCount;
+    if constexpr (RING) {
+        const int secondCount = stageKeys(1);
+        if (secondCount > 0) issueChunk(bs + KS, secondCount, KS, p.prefetchBand);
+        issuedKeys += secondCount;
+    }
+    // With prefetchBand, a KV-shared layer's current rows load after the wait, in a group of their
+    // own committed after the stages'.
+    bool currentLoadsLate = false;
     if (p.prefetchBand) {
         gridDependencyWait();
         allowDependentsToStart();
-        // The current position's rows, when the cache holds them and they are in the first chunk.
-        if (!writesCurrent && current >= bs && current < bs + firstCount) {
+        // The current position's rows, when the cache holds them and they are in the first stages.
+        if (!writesCurrent && current >= bs && current < bs + issuedKeys) {
+            currentLoadsLate = true;
             const std::int64_t off = (current % p.capacity) * slotBytes;
             const int row = static_cast<int>(current - bs);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
@@ -668,12 +692,13 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 #pragma unroll
         for (int j = 0; j < DT; ++j) o[h][j] = 0.0f;
 
-    for (std::int64_t first = bs; first < be; first += KC) {
-        const int count = static_cast<int>(be - first < KC ? be - first : KC);
-        if (first != bs) issueChunk(first, count, false);  // after the wait: the current rows load as any
-        cpAsyncWait<0>();
+    // One loaded stage: keys [first, first + count) in rows base.. (the current rows copied in
+    // from curK/curV first when this block wrote them), folded into o, m, l. Ends on a barrier.
+    auto computeStage = [&](std::int64_t first, int count, int base) {
+        unsigned char* const kStage = kRows + base * kRowBytes;
+        unsigned char* const vStage = vRows + base * kRowBytes;
         if (writesCurrent && current >= first && current < first + count) {
-            const int row = static_cast<int>(current - first);
+            const int row = base + static_cast<int>(current - first);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
                 reinterpret_cast<uint4*>(kRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curK)[c];
                 reinterpret_cast<uint4*>(vRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curV)[c];
@@ -684,7 +709,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         // Scores: warp per key, lanes over the dims.
         for (int t = warp; t < count; t += kClusterWarps) {
             float kv[N];
-            loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
+            loadLaneDims<KvT, N>(kStage + t * kRowBytes, lane, kv);
 #pragma unroll
             for (int h = 0; h < G; ++h) {
                 if (h < g) {
@@ -734,7 +759,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
                 }
 #pragma unroll 4
             for (int t = 0; t < count; ++t) {
-                const unsigned char* vRow = vRows + t * kRowBytes;
+                const unsigned char* vRow = vStage + t * kRowBytes;
 #pragma unroll
                 for (int j = 0; j < DT; ++j) {
                     const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
@@ -745,6 +770,27 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             }
         }
         __syncthreads();  // the rows and scores are refilled by the next chunk
+    };
+    if constexpr (!RING) {
+        for (std::int64_t first = bs; first < be; first += KC) {
+            const int count = static_cast<int>(be - first < KC ? be - first : KC);
+            if (first != bs) issueChunk(first, count, 0, false);  // after the wait: the current rows load as any
+            cpAsyncWait<0>();
+            computeStage(first, count, 0);
+        }
+    } else {
+        for (int stage = 0; stageKeys(stage) > 0; ++stage) {
+            const std::int64_t first = bs + static_cast<std::int64_t>(stage) * KS;
+            const int count = stageKeys(stage);
+            const int base = (stage & 1) * KS;
+            // The next stage's group may stay pending, unless the late current rows (committed
+            // after it) are this stage's.
+            if (stageKeys(stage + 1) > 0 && !(currentLoadsLate && stage == 0 && current < first + count)) cpAsyncWait<1>();
+            else cpAsyncWait<0>();
+            computeStage(first, count, base);
+            // This stage's rows are free (computeStage ends on a barrier): the stage after next.
+            if (stageKeys(stage + 2) > 0) issueChunk(first + 2 * KS, stageKeys(stage + 2), base, false);
+        }
     }
 
     // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
@@ -887,14 +933,14 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 // ---- cluster form: host side ------------------------------------------------------------------------
 // Raises the kernel's limits once per device and host thread: the largest shared memory a group
 // of up to G needs, and cluster sizes above the portable 8.
-template <int D, typename KvT, int G>
+template <int D, typename KvT, int G, bool RING = false>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
     const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
-    cudaError_t err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaError_t err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G, RING>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G, RING>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err == cudaSuccess) prepared = device;
     return err;
 }
@@ -942,12 +988,17 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     return chosen;
 }
 
-template <int D, typename KvT, int G>
+template <int D, typename KvT, int G, bool RING = false>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
-    if (const cudaError_t err = prepareClusterKernel<D, KvT, G>(device); err != cudaSuccess) return err;
+    // The ring (AttentionDecodeParams::clusterRing) is instantiated at head dim 256 only. Its
+    // shared memory and launch bounds are the plain instance's, so the plain instance's cluster
+    // size (clusterSizeTyped) holds for it.
+    if constexpr (D == 256 && !RING)
+        if (p.clusterRing) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, RING>(device); err != cudaSuccess) return err;
     const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT, G>, grid, dim3(kClusterThreads), smem, stream, p.programmaticLaunch,
+    return launchKernelWith(attentionClusterKernel<D, KvT, G, RING>, grid, dim3(kClusterThreads), smem, stream, p.programmaticLaunch,
                             static_cast<unsigned>(size), p);
 }
 

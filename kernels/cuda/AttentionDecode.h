@@ -89,6 +89,12 @@ struct AttentionDecodeParams {
     // separated by a graph launch or a host copy (the CUDA backend's decode steps). The current
     // position's rows are loaded after the wait.
     bool prefetchBand = false;
+    // Cluster form, head dim 256 only (ignored otherwise): each block's rows as a ring of two
+    // stages of half a chunk, the next stage's loads in flight while this one is computed, instead
+    // of loading a whole chunk and then computing it (a sliding layer's full window is two chunks
+    // per block at an fp32 cache). The same arithmetic in another chunking of the online softmax
+    // (within fp32 rounding). An experiment, off by default (docs/PERFORMANCE.md version 18).
+    bool clusterRing = false;
 };
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").

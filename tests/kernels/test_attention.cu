@@ -418,64 +418,74 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("cluster " + f.name + ": a group of " + std::to_string(group) + " refused",
                         gc::launchAttentionDecode(c, nullptr) == gc::KernelStatus::InvalidArgument, "");
     } else {
-        double worst = 0.0, scale = 0.0;
-        bool finite = true;
-        for (float x : wantOut) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-        const bool clusterCacheSame = repeatedLaunches(c, [&](const std::vector<float>& out) {
-            for (std::size_t i = 0; i < out.size(); ++i) {
-                finite &= std::isfinite(out[i]);
-                worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
+        // The checks of one cluster form: the default chunks, then at head dim 256 the two-stage
+        // ring (AttentionDecodeParams::clusterRing), which must meet the same bounds.
+        const auto clusterChecks = [&](const gc::AttentionDecodeParams& form, const std::string& tag) {
+            double worst = 0.0, scale = 0.0;
+            bool finite = true;
+            for (float x : wantOut) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+            const bool clusterCacheSame = repeatedLaunches(form, [&](const std::vector<float>& out) {
+                for (std::size_t i = 0; i < out.size(); ++i) {
+                    finite &= std::isfinite(out[i]);
+                    worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
+                }
+            });
+            const double rel = scale > 0 ? worst / scale : worst;
+            char detail[160];
+            std::snprintf(detail, sizeof detail, "max |diff| %.3g of max|out| %.3g (rel %.3g), cluster size %d", worst, scale, rel,
+                          gc::attentionDecodeSplits(form));
+            report.addCheck(tag + f.name + ": output within fp32 rounding of norm+RoPE, split, merge", finite && rel <= 1e-5,
+                            detail);
+            report.addCheck(tag + f.name + ": K/V cache bit-identical, raw q untouched", clusterCacheSame && dq.download() == q, "");
+            // prefetchBand, launched programmatically after delayed producers of q, k, v (and, for a
+            // KV-shared layer, of the current position's cache rows, which the engine writes in the
+            // same step): only the band's earlier rows may be read before the wait, so reading
+            // anything else early meets the NaN poison.
+            {
+                Producer producer(true);
+                gc::AttentionDecodeParams early = form;
+                early.prefetchBand = true;
+                early.programmaticLaunch = true;
+                // The producers run in stream order and only the last one overlaps the kernel, so the
+                // input that must not be read early is produced last: the current rows of a
+                // KV-shared layer (the cache bytes the engine writes in the same step), else q.
+                dkc.upload(kBytes);
+                dvc.upload(vBytes);
+                if (f.kvShared) {
+                    producer.upload(dq, q);
+                    const std::size_t at = static_cast<std::size_t>((f.position % f.capacity) * slotElems) * eb;
+                    const std::size_t n = static_cast<std::size_t>(slotElems) * eb;
+                    // Two producers: only the V row's is last, so an early read of the V row is what
+                    // fails here; the kernel loads the K and V rows in the same statement.
+                    producer.uploadBytes(dkc.ptr + at, std::vector<std::uint8_t>(kBytes.begin() + at, kBytes.begin() + at + n));
+                    producer.uploadBytes(dvc.ptr + at, std::vector<std::uint8_t>(vBytes.begin() + at, vBytes.begin() + at + n));
+                } else {
+                    producer.upload(dk, k);
+                    producer.upload(dv, v);
+                    producer.upload(dq, q);
+                }
+                dout.poison();
+                producer.produce();
+                HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
+                HCHECK(cudaDeviceSynchronize());
+                const auto out = dout.download();
+                double earlyWorst = 0.0;
+                bool earlyFinite = true;
+                for (std::size_t i = 0; i < out.size(); ++i) {
+                    earlyFinite &= std::isfinite(out[i]);
+                    earlyWorst = std::max(earlyWorst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
+                }
+                const double earlyRel = scale > 0 ? earlyWorst / scale : earlyWorst;
+                report.addCheck(tag + f.name + ": band prefetched before the wait, after delayed producers",
+                                earlyFinite && earlyRel <= 1e-5 && dkc.download() == wantK && dvc.download() == wantV,
+                                "rel " + std::to_string(earlyRel));
             }
-        });
-        const double rel = scale > 0 ? worst / scale : worst;
-        char detail[160];
-        std::snprintf(detail, sizeof detail, "max |diff| %.3g of max|out| %.3g (rel %.3g), cluster size %d", worst, scale, rel,
-                      gc::attentionDecodeSplits(c));
-        report.addCheck("cluster " + f.name + ": output within fp32 rounding of norm+RoPE, split, merge", finite && rel <= 1e-5,
-                        detail);
-        report.addCheck("cluster " + f.name + ": K/V cache bit-identical, raw q untouched", clusterCacheSame && dq.download() == q, "");
-        // prefetchBand, launched programmatically after delayed producers of q, k, v (and, for a
-        // KV-shared layer, of the current position's cache rows, which the engine writes in the
-        // same step): only the band's earlier rows may be read before the wait, so reading
-        // anything else early meets the NaN poison.
-        {
-            Producer producer(true);
-            gc::AttentionDecodeParams early = c;
-            early.prefetchBand = true;
-            early.programmaticLaunch = true;
-            // The producers run in stream order and only the last one overlaps the kernel, so the
-            // input that must not be read early is produced last: the current rows of a
-            // KV-shared layer (the cache bytes the engine writes in the same step), else q.
-            dkc.upload(kBytes);
-            dvc.upload(vBytes);
-            if (f.kvShared) {
-                producer.upload(dq, q);
-                const std::size_t at = static_cast<std::size_t>((f.position % f.capacity) * slotElems) * eb;
-                const std::size_t n = static_cast<std::size_t>(slotElems) * eb;
-                // Two producers: only the V row's is last, so an early read of the V row is what
-                // fails here; the kernel loads the K and V rows in the same statement.
-                producer.uploadBytes(dkc.ptr + at, std::vector<std::uint8_t>(kBytes.begin() + at, kBytes.begin() + at + n));
-                producer.uploadBytes(dvc.ptr + at, std::vector<std::uint8_t>(vBytes.begin() + at, vBytes.begin() + at + n));
-            } else {
-                producer.upload(dk, k);
-                producer.upload(dv, v);
-                producer.upload(dq, q);
-            }
-            dout.poison();
-            producer.produce();
-            HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
-            HCHECK(cudaDeviceSynchronize());
-            const auto out = dout.download();
-            double earlyWorst = 0.0;
-            bool earlyFinite = true;
-            for (std::size_t i = 0; i < out.size(); ++i) {
-                earlyFinite &= std::isfinite(out[i]);
-                earlyWorst = std::max(earlyWorst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
-            }
-            const double earlyRel = scale > 0 ? earlyWorst / scale : earlyWorst;
-            report.addCheck("cluster " + f.name + ": band prefetched before the wait, after delayed producers",
-                            earlyFinite && earlyRel <= 1e-5 && dkc.download() == wantK && dvc.download() == wantV,
-                            "rel " + std::to_string(earlyRel));
+        };
+        clusterChecks(c, "cluster ");
+        if (d == 256) {
+            gc::AttentionDecodeParams ring = c;
+            ring.clusterRing = true;
+            clusterChecks(ring, "cluster ring ");
         }
         gc::AttentionDecodeParams twoRows = c;
         twoRows.rows = 2;
@@ -504,15 +514,19 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         }
         for (int size : {0, 8, 16}) {
             if (group > gc::kClusterAttentionMaxGroup) break;
-            gc::AttentionDecodeParams t = c;
-            t.splits = size;
-            t.programmaticLaunch = false;
-            t.normRope.programmaticLaunch = false;
-            const double us = medianMicros([&](int) { gc::launchAttentionDecode(t, nullptr); }, 5, 30);
-            char line[200];
-            std::snprintf(line, sizeof line, "cluster %-32s %8.1f us  %7.1f GB/s (live K+V band, cluster of %d%s)", f.name.c_str(), us,
-                          bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), size ? ", forced" : "");
-            perf.push_back(line);
+            for (bool ring : {false, true}) {
+                if (ring && d != 256) continue;
+                gc::AttentionDecodeParams t = c;
+                t.splits = size;
+                t.clusterRing = ring;
+                t.programmaticLaunch = false;
+                t.normRope.programmaticLaunch = false;
+                const double us = medianMicros([&](int) { gc::launchAttentionDecode(t, nullptr); }, 5, 30);
+                char line[200];
+                std::snprintf(line, sizeof line, "cluster %-32s %8.1f us  %7.1f GB/s (live K+V band, cluster of %d%s%s)", f.name.c_str(), us,
+                              bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), size ? ", forced" : "", ring ? ", two-stage ring" : "");
+                perf.push_back(line);
+            }
         }
     }
 }

@@ -200,6 +200,11 @@ struct OpenOptions {
     // pieces save). Both choose among existing kernels.
     bool fuseFullAttention = false;
     bool tensorCoreSlidingAttention = false;
+    // CUDA, cluster attention at head dim 256 (every preset's sliding layers): each block loads
+    // its band through a ring of two half-chunk stages, the next stage in flight while this one is
+    // computed (AttentionDecodeParams::clusterRing; within fp32 rounding of the default). An
+    // experiment for depth, off by default (docs/PERFORMANCE.md version 18, step 5).
+    bool clusterAttentionRing = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
