@@ -19,7 +19,8 @@
 //   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
 //   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
 //   8, 16), groups of 2, 4 and 8, refusals (groups above 8, two rows), and its time next to the
-//   fused split kernel's.
+//   fused split kernel's; at head dim 256 the same checks and timings for the two-stage ring
+//   (clusterRing, an experiment).
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
