@@ -615,11 +615,10 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // of key k issued here is k − bs in either.
     const int firstCount = hasKeys ? static_cast<int>(be - bs < KS ? be - bs : KS) : 0;
     if (hasKeys) issueChunk(bs, firstCount, 0, p.prefetchBand);
-    int issuedKeys = firstCount;
+    int secondCount = 0;
     if constexpr (RING) {
-        const int secondCount = stageKeys(1);
+        secondCount = stageKeys(1);
         if (secondCount > 0) issueChunk(bs + KS, secondCount, KS, p.prefetchBand);
-        issuedKeys += secondCount;
     }
     // With prefetchBand, a KV-shared layer's current rows load after the wait, in a group of their
     // own committed after the stages'.
@@ -628,7 +627,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         gridDependencyWait();
         allowDependentsToStart();
         // The current position's rows, when the cache holds them and they are in the first stages.
-        if (!writesCurrent && current >= bs && current < bs + issuedKeys) {
+        if (!writesCurrent && current >= bs && current < bs + firstCount + secondCount) {
             currentLoadsLate = true;
             const std::int64_t off = (current % p.capacity) * slotBytes;
             const int row = static_cast<int>(current - bs);
