@@ -187,7 +187,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          clusterAttentionRing_(options.clusterAttentionRing),
+          clusterAttentionRing_(options.clusterAttentionRing), clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -292,7 +292,8 @@ public:
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
-                                         (clusterAttentionRing_ ? " (two-stage ring)" : "")
+                                         (clusterAttentionRing_ ? " (two-stage ring)" : "") +
+                                         (clusterAttentionHeadSplit_ ? " (heads split over two clusters)" : "")
                                    : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
@@ -1509,10 +1510,19 @@ private:
                 continue;
             kc::AttentionDecodeParams d = attentionParams(l, 1);
             d.cluster = true;
+            clusterExperiments(d);
             if (kc::attentionDecodeSplits(d) < 1) continue;
             clusterLayer_[static_cast<std::size_t>(l)] = true;
             ++clusterLayers_;
         }
+    }
+    // The cluster form's experiments (OpenOptions::clusterAttentionRing, clusterAttentionHeadSplit),
+    // where the layer's shape takes them: head dim 256, and for the head split an even group of at
+    // most 8.
+    void clusterExperiments(kc::AttentionDecodeParams& d) const {
+        const int group = d.qHeads / d.kvHeads;
+        d.clusterRing = clusterAttentionRing_ && d.headDim == 256;
+        d.clusterHeadSplit = clusterAttentionHeadSplit_ && d.headDim == 256 && group % 2 == 0 && group <= 8 ? 2 : 1;
     }
     bool clusterAttentionFor(int l, int rows) const {
         return rows == 1 && static_cast<std::size_t>(l) < clusterLayer_.size() && clusterLayer_[static_cast<std::size_t>(l)];
@@ -1588,7 +1598,7 @@ private:
                 // The merge: through the cluster's shared memory, or by the last split block.
                 d.cluster = clusterAttentionFor(l, rows);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
-                d.clusterRing = d.cluster && clusterAttentionRing_;
+                if (d.cluster) clusterExperiments(d);
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
@@ -1664,6 +1674,7 @@ private:
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool clusterAttentionRing_ = false;
+    bool clusterAttentionHeadSplit_ = false;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;

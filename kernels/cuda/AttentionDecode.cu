@@ -528,7 +528,11 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
 // RING (AttentionDecodeParams::clusterRing; instantiated at head dim 256 only): the chunk's rows
 // as a ring of two stages of KC/2 keys, the next stage's loads in flight while this one is
 // computed; otherwise one chunk of KC keys is loaded, then computed, then the next loaded.
-template <int D, typename KvT, int G, bool RING = false>
+// HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
+// head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
+// (g = half the group) over the whole band; both owners normalise and rotate the current K and V
+// into their own shared rows, and only part 0 writes them to the cache.
+template <int D, typename KvT, int G, bool RING = false, bool HEADSPLIT = false>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -544,8 +548,12 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.num_blocks());
     const int rank = static_cast<int>(cluster.block_rank());
-    const int g = p.qHeads / p.kvHeads;
-    const int kvh = blockIdx.y;
+    constexpr int kSplit = HEADSPLIT ? 2 : 1;
+    const int g = p.qHeads / p.kvHeads / kSplit;  // this cluster's query heads
+    const int kvh = HEADSPLIT ? static_cast<int>(blockIdx.y >> 1) : static_cast<int>(blockIdx.y);
+    const int part = HEADSPLIT ? static_cast<int>(blockIdx.y & 1) : 0;
+    // This cluster's first query head (HEADSPLIT; otherwise kvh·g, spelled out where used).
+    const int headBase = (kvh * kSplit + part) * g;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     extern __shared__ float4 smemRaw[];
@@ -651,12 +659,12 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         unsigned char* row = key ? curK : curV;
         const std::int64_t at = ((current % p.capacity) * p.kvHeads + kvh) * D;
         storeHead(D, a, b, [&](int j, float v) {
-            storeKv(cache, p.kvDtype, at + j, v);
+            if (part == 0) storeKv(cache, p.kvDtype, at + j, v);  // HEADSPLIT: part 1 keeps its copy only
             if constexpr (sizeof(KvT) == 4) reinterpret_cast<float*>(row)[j] = v;
             else reinterpret_cast<std::uint16_t*>(row)[j] = formats::floatToBf16(v);
         });
     }
-    const float* qGroup = p.q + static_cast<std::int64_t>(kvh) * g * D;
+    const float* qGroup = HEADSPLIT ? p.q + static_cast<std::int64_t>(headBase) * D : p.q + static_cast<std::int64_t>(kvh) * g * D;
     if (hasKeys) {
         if (p.fuseNormRope) {
             for (int h = warp - 2; h >= 0 && h < g; h += kClusterWarps - 2) {
@@ -816,7 +824,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             num = fmaf(w, *cluster.map_shared_rank(os + h * D + dim, c), num);
             den = fmaf(w, *cluster.map_shared_rank(lRow + h, c), den);
         }
-        p.out[static_cast<std::int64_t>(kvh * g + h) * D + dim] = num / den;
+        p.out[static_cast<std::int64_t>(HEADSPLIT ? headBase + h : kvh * g + h) * D + dim] = num / den;
     }
     cluster.sync();  // no block leaves while a peer may still read its shared memory
 #endif
@@ -932,23 +940,25 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 // ---- cluster form: host side ------------------------------------------------------------------------
 // Raises the kernel's limits once per device and host thread: the largest shared memory a group
 // of up to G needs, and cluster sizes above the portable 8.
-template <int D, typename KvT, int G, bool RING = false>
+template <int D, typename KvT, int G, bool RING = false, bool HEADSPLIT = false>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
+    constexpr auto kernel = attentionClusterKernel<D, KvT, G, RING, HEADSPLIT>;
     const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
-    cudaError_t err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G, RING>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(attentionClusterKernel<D, KvT, G, RING>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err == cudaSuccess) prepared = device;
     return err;
 }
 
 // The cluster size: p.splits when given (a power of two up to kClusterMaxSize dividing the head
-// dim, else 0), otherwise the largest such size whose clusters for every kv head are resident at
-// once (the occupancy calculator, cached per device and shape); 0 when none launches.
-template <int D, typename KvT, int G>
+// dim, else 0), otherwise the largest such size whose clusters for every kv head (two per kv head
+// with HEADSPLIT) are resident at once (the occupancy calculator, cached per device and shape); 0
+// when none launches.
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
+    constexpr int kSplit = HEADSPLIT ? 2 : 1;
     const auto valid = [](int c) { return c >= 1 && c <= kClusterMaxSize && (c & (c - 1)) == 0 && D % c == 0; };
     if (facts.computeMajor < 9) return 0;  // clusters need sm_90
     if (p.splits > 0) return valid(p.splits) ? p.splits : 0;
@@ -956,9 +966,9 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
         int device = -1, group = 0, kvHeads = 0, size = 0;
     };
     thread_local Cached cached;
-    const int g = p.qHeads / p.kvHeads;
+    const int g = p.qHeads / p.kvHeads / kSplit;
     if (cached.device == facts.device && cached.group == g && cached.kvHeads == p.kvHeads) return cached.size;
-    if (prepareClusterKernel<D, KvT, G>(facts.device) != cudaSuccess) {
+    if (prepareClusterKernel<D, KvT, G, false, HEADSPLIT>(facts.device) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
@@ -971,34 +981,38 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
         attribute.val.clusterDim.y = 1;
         attribute.val.clusterDim.z = 1;
         cudaLaunchConfig_t config{};
-        config.gridDim = dim3(static_cast<unsigned>(c), static_cast<unsigned>(p.kvHeads), 1);
+        config.gridDim = dim3(static_cast<unsigned>(c), static_cast<unsigned>(p.kvHeads * kSplit), 1);
         config.blockDim = dim3(kClusterThreads);
         config.dynamicSmemBytes = clusterSmemBytes(D, sizeof(KvT), g);
         config.attrs = &attribute;
         config.numAttrs = 1;
         int active = 0;
-        if (cudaOccupancyMaxActiveClusters(&active, attentionClusterKernel<D, KvT, G>, &config) != cudaSuccess) {
+        if (cudaOccupancyMaxActiveClusters(&active, attentionClusterKernel<D, KvT, G, false, HEADSPLIT>, &config) != cudaSuccess) {
             cudaGetLastError();
             continue;
         }
-        if (active >= p.kvHeads) chosen = c;
+        if (active >= p.kvHeads * kSplit) chosen = c;
     }
     cached = {facts.device, g, p.kvHeads, chosen};
     return chosen;
 }
 
-template <int D, typename KvT, int G, bool RING = false>
+template <int D, typename KvT, int G, bool RING = false, bool HEADSPLIT = false>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
-    // The ring (AttentionDecodeParams::clusterRing) is instantiated at head dim 256 only. Its
-    // shared memory and launch bounds are the plain instance's, so the plain instance's cluster
-    // size (clusterSizeTyped) holds for it.
+    // The ring (AttentionDecodeParams::clusterRing) is instantiated at head dim 256 only, the head
+    // split (clusterHeadSplit) at head dim 256 with G 4 (validated by the launcher). The ring's
+    // shared memory and launch bounds are the plain instance's, so the cluster size chosen
+    // without it (clusterSizeTyped) holds for it.
     if constexpr (D == 256 && !RING)
-        if (p.clusterRing) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
-    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, RING>(device); err != cudaSuccess) return err;
-    const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads);
-    const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT, G, RING>, grid, dim3(kClusterThreads), smem, stream, p.programmaticLaunch,
-                            static_cast<unsigned>(size), p);
+        if (p.clusterRing) return launchClusterTyped<D, KvT, G, true, HEADSPLIT>(p, size, device, stream);
+    if constexpr (D == 256 && G == 4 && !HEADSPLIT)
+        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, RING, true>(p, size, device, stream);
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, RING, HEADSPLIT>(device); err != cudaSuccess) return err;
+    constexpr int kSplit = HEADSPLIT ? 2 : 1;
+    const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit);
+    const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads * kSplit), 1);
+    return launchKernelWith(attentionClusterKernel<D, KvT, G, RING, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
+                            p.programmaticLaunch, static_cast<unsigned>(size), p);
 }
 
 // Calls f.template operator()<D, KvT>() for p's head dim and cache type: the instance of a
@@ -1022,14 +1036,20 @@ auto withInstance(const AttentionDecodeParams& p, F&& f) {
 // (4, or 8 for larger groups): f.template operator()<D, KvT, G>().
 template <typename F>
 auto withClusterInstance(const AttentionDecodeParams& p, F&& f) {
-    const bool wide = p.qHeads / p.kvHeads > 4;
+    const bool wide = p.qHeads / p.kvHeads / (p.clusterHeadSplit == 2 ? 2 : 1) > 4;
     return withInstance(p, [&]<int D, typename KvT>() {
         return wide ? f.template operator()<D, KvT, 8>() : f.template operator()<D, KvT, 4>();
     });
 }
 
 int clusterSize(const AttentionDecodeParams& p, const DeviceFacts& facts) {
-    return withClusterInstance(p, [&]<int D, typename KvT, int G>() { return clusterSizeTyped<D, KvT, G>(p, facts); });
+    return withClusterInstance(p, [&]<int D, typename KvT, int G>() {
+        if (p.clusterHeadSplit == 2) {
+            if constexpr (D == 256 && G == 4) return clusterSizeTyped<D, KvT, G, true>(p, facts);
+            else return 0;  // not instantiated (the launcher refuses it)
+        }
+        return clusterSizeTyped<D, KvT, G>(p, facts);
+    });
 }
 
 inline cudaError_t launchCluster(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
@@ -1101,6 +1121,9 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.cluster) {
         if (p.rows != 1 || p.tensorCores || p.fuseMerge || g > kClusterMaxGroup || p.cacheBatchStride != 0)
+            return KernelStatus::InvalidArgument;
+        // The head split: two clusters of half the group per kv head, at head dim 256.
+        if (p.clusterHeadSplit > 1 && (p.clusterHeadSplit != 2 || p.headDim != 256 || g % 2 != 0 || g / 2 > 4))
             return KernelStatus::InvalidArgument;
         if (p.fuseNormRope && !normRopeDescribes(p)) return KernelStatus::InvalidArgument;
         if (facts.computeMajor < 9) return KernelStatus::Unsupported;

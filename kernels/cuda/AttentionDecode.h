@@ -95,6 +95,14 @@ struct AttentionDecodeParams {
     // per block at an fp32 cache). The same arithmetic in another chunking of the online softmax
     // (within fp32 rounding). An experiment, off by default (docs/PERFORMANCE.md version 18).
     bool clusterRing = false;
+    // Cluster form: 2 runs each kv head's query group as two clusters of half the group (query
+    // heads split, the whole band read by both; head dim 256 and groups of 2, 4 or 8 only, else
+    // refused), so a group of 8 (e2b) runs the kernel unrolled for 4 with q in registers and its
+    // norm + RoPE in one round of warps; only the first cluster writes the current K and V to the
+    // cache. The same arithmetic per head (within fp32 rounding of the split kernel, as the
+    // default). 0 or 1: one cluster per kv head. An experiment, off by default (docs/PERFORMANCE.md
+    // version 18, step 5).
+    int clusterHeadSplit = 1;
 };
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").

@@ -20,7 +20,8 @@
 //   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
 //   8, 16), groups of 2, 4 and 8, refusals (groups above 8, two rows), and its time next to the
 //   fused split kernel's; at head dim 256 the same checks and timings for the two-stage ring
-//   (clusterRing, an experiment).
+//   (clusterRing) and the heads split over two clusters (clusterHeadSplit, bit for bit against
+//   one cluster per kv head; refused elsewhere), both experiments.
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
@@ -421,11 +422,13 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     } else {
         // The checks of one cluster form: the default chunks, then at head dim 256 the two-stage
         // ring (AttentionDecodeParams::clusterRing), which must meet the same bounds.
-        const auto clusterChecks = [&](const gc::AttentionDecodeParams& form, const std::string& tag) {
+        // `last`: the last launch's output.
+        const auto clusterChecks = [&](const gc::AttentionDecodeParams& form, const std::string& tag, std::vector<float>& last) {
             double worst = 0.0, scale = 0.0;
             bool finite = true;
             for (float x : wantOut) scale = std::max(scale, static_cast<double>(std::fabs(x)));
             const bool clusterCacheSame = repeatedLaunches(form, [&](const std::vector<float>& out) {
+                last = out;
                 for (std::size_t i = 0; i < out.size(); ++i) {
                     finite &= std::isfinite(out[i]);
                     worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
@@ -482,11 +485,30 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                                 "rel " + std::to_string(earlyRel));
             }
         };
-        clusterChecks(c, "cluster ");
+        std::vector<float> oneCluster, other;
+        clusterChecks(c, "cluster ", oneCluster);
         if (d == 256) {
             gc::AttentionDecodeParams ring = c;
             ring.clusterRing = true;
-            clusterChecks(ring, "cluster ring ");
+            clusterChecks(ring, "cluster ring ", other);
+        }
+        // The head split (clusterHeadSplit 2): the same arithmetic per head as one cluster per kv
+        // head, so at the same cluster size the same bits; refused off head dim 256 or odd groups.
+        gc::AttentionDecodeParams split = c;
+        split.clusterHeadSplit = 2;
+        if (d == 256 && group % 2 == 0) {
+            clusterChecks(split, "cluster heads split ", other);
+            const bool sameSize = gc::attentionDecodeSplits(split) == gc::attentionDecodeSplits(c);
+            report.addCheck("cluster heads split " + f.name + ": bit-identical to one cluster per kv head at the same size",
+                            !sameSize || std::memcmp(other.data(), oneCluster.data(), other.size() * sizeof(float)) == 0,
+                            sameSize ? "" : "cluster sizes differ: not compared");
+            gc::AttentionDecodeParams both = split;
+            both.clusterRing = true;
+            clusterChecks(both, "cluster ring, heads split ", other);
+        } else {
+            report.addCheck("cluster heads split " + f.name + ": refused (head dim " + std::to_string(d) + ", group " +
+                                std::to_string(group) + ")",
+                            gc::launchAttentionDecode(split, nullptr) == gc::KernelStatus::InvalidArgument, "");
         }
         gc::AttentionDecodeParams twoRows = c;
         twoRows.rows = 2;
@@ -515,17 +537,21 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         }
         for (int size : {0, 8, 16}) {
             if (group > gc::kClusterAttentionMaxGroup) break;
-            for (bool ring : {false, true}) {
-                if (ring && d != 256) continue;
+            for (int form = 0; form < 3; ++form) {  // default, two-stage ring, heads split over two clusters
+                if (form > 0 && d != 256) continue;
+                if (form == 2 && group % 2 != 0) continue;
+                const bool ring = form == 1;
                 gc::AttentionDecodeParams t = c;
                 t.splits = size;
                 t.clusterRing = ring;
+                t.clusterHeadSplit = form == 2 ? 2 : 1;
                 t.programmaticLaunch = false;
                 t.normRope.programmaticLaunch = false;
                 const double us = medianMicros([&](int) { gc::launchAttentionDecode(t, nullptr); }, 5, 30);
                 char line[200];
                 std::snprintf(line, sizeof line, "cluster %-32s %8.1f us  %7.1f GB/s (live K+V band, cluster of %d%s%s)", f.name.c_str(), us,
-                              bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), size ? ", forced" : "", ring ? ", two-stage ring" : "");
+                              bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), size ? ", forced" : "",
+                              ring ? ", two-stage ring" : form == 2 ? ", heads split over two clusters" : "");
                 perf.push_back(line);
             }
         }
@@ -664,6 +690,8 @@ int main() {
         {"12b full len1 f32", 16, 1, 512, 0, 4096, F, 0, false, 64},
         {"31b full bf16 32q/4kv", 32, 4, 512, 0, 8192, B, 100, false, 64},
         {"e2b kv-shared sliding 8q/1kv", 8, 1, 256, 512, 543, F, 600, true, 128},
+        {"e2b sliding pos 150 f32", 8, 1, 256, 512, 543, F, 150, false, 128, 0, true},
+        {"e2b kv-shared sliding pos 150 f32", 8, 1, 256, 512, 543, F, 150, true, 128, 0, true},
         {"16 splits len20 (empty splits)", 16, 1, 512, 0, 4096, F, 19, false, 64, 16},
         {"1 split", 16, 8, 256, 1024, 1055, B, 700, false, 128, 1},
         {"demo d64 wrap", 8, 2, 64, 128, 159, F, 700, false, 32},

@@ -205,6 +205,11 @@ struct OpenOptions {
     // computed (AttentionDecodeParams::clusterRing; within fp32 rounding of the default). An
     // experiment for depth, off by default (docs/PERFORMANCE.md version 18, step 5).
     bool clusterAttentionRing = false;
+    // CUDA, cluster attention at head dim 256 with an even group of at most 8 query heads per kv
+    // head: two clusters per kv head, each over half the group (AttentionDecodeParams::
+    // clusterHeadSplit; the same bits per head). An experiment for e2b's groups of 8, off by
+    // default (docs/PERFORMANCE.md version 18, step 5).
+    bool clusterAttentionHeadSplit = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
