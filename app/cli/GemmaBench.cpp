@@ -228,8 +228,8 @@ int main(int argc, char** argv) {
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     // The allocation sweep decodes after the prompt in every allocation: say so now, not after
     // the ceilings and the package are written.
-    for (const int allocation : skipped("sweep") ? std::vector<int>{} : allocations) {
-        if (promptTokens + decodeTokens > allocation) {
+    for (const int allocation : allocations) {
+        if (!skipped("sweep") && promptTokens + decodeTokens > allocation) {
             std::cerr << "gemma-bench: --prompt-tokens " << promptTokens << " + --decode-tokens " << decodeTokens
                       << " do not fit the allocation of " << allocation << " positions (--allocations)\n";
             return 1;

@@ -1517,12 +1517,11 @@ private:
         }
     }
     // The cluster form's experiments (OpenOptions::clusterAttentionRing, clusterAttentionHeadSplit),
-    // where the layer's shape takes them: head dim 256, and for the head split an even group of at
-    // most 8.
+    // where the layer's shape takes them (the ring: head dim 256; the head split:
+    // kc::clusterHeadSplitFits).
     void clusterExperiments(kc::AttentionDecodeParams& d) const {
-        const int group = d.qHeads / d.kvHeads;
         d.clusterRing = clusterAttentionRing_ && d.headDim == 256;
-        d.clusterHeadSplit = clusterAttentionHeadSplit_ && d.headDim == 256 && group % 2 == 0 && group <= 8 ? 2 : 1;
+        d.clusterHeadSplit = clusterAttentionHeadSplit_ && kc::clusterHeadSplitFits(d.headDim, d.qHeads / d.kvHeads) ? 2 : 1;
     }
     bool clusterAttentionFor(int l, int rows) const {
         return rows == 1 && static_cast<std::size_t>(l) < clusterLayer_.size() && clusterLayer_[static_cast<std::size_t>(l)];

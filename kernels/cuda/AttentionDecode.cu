@@ -786,17 +786,18 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             computeStage(first, count, 0);
         }
     } else {
-        for (int stage = 0; stageKeys(stage) > 0; ++stage) {
+        const int stages = hasKeys ? static_cast<int>((be - bs + KS - 1) / KS) : 0;
+        for (int stage = 0; stage < stages; ++stage) {
             const std::int64_t first = bs + static_cast<std::int64_t>(stage) * KS;
             const int count = stageKeys(stage);
             const int base = (stage & 1) * KS;
             // The next stage's group may stay pending, unless the late current rows (committed
             // after it) are this stage's.
-            if (stageKeys(stage + 1) > 0 && !(currentLoadsLate && stage == 0 && current < first + count)) cpAsyncWait<1>();
+            if (stage + 1 < stages && !(currentLoadsLate && stage == 0 && current < first + count)) cpAsyncWait<1>();
             else cpAsyncWait<0>();
             computeStage(first, count, base);
             // This stage's rows are free (computeStage ends on a barrier): the stage after next.
-            if (stageKeys(stage + 2) > 0) issueChunk(first + 2 * KS, stageKeys(stage + 2), base, false);
+            if (stage + 2 < stages) issueChunk(first + 2 * KS, stageKeys(stage + 2), base, false);
         }
     }
 
@@ -1122,9 +1123,8 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
     if (p.cluster) {
         if (p.rows != 1 || p.tensorCores || p.fuseMerge || g > kClusterMaxGroup || p.cacheBatchStride != 0)
             return KernelStatus::InvalidArgument;
-        // The head split: two clusters of half the group per kv head, at head dim 256.
-        if (p.clusterHeadSplit > 1 && (p.clusterHeadSplit != 2 || p.headDim != 256 || g % 2 != 0 || g / 2 > 4))
-            return KernelStatus::InvalidArgument;
+        // The head split: two clusters of half the group per kv head, where it is instantiated.
+        if (p.clusterHeadSplit > 1 && (p.clusterHeadSplit != 2 || !clusterHeadSplitFits(p.headDim, g))) return KernelStatus::InvalidArgument;
         if (p.fuseNormRope && !normRopeDescribes(p)) return KernelStatus::InvalidArgument;
         if (facts.computeMajor < 9) return KernelStatus::Unsupported;
         if (clusterSmemBytes(p.headDim, static_cast<int>(eb), g) > static_cast<std::size_t>(facts.maxSharedPerBlockOptin))

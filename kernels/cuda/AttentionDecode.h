@@ -105,6 +105,11 @@ struct AttentionDecodeParams {
     int clusterHeadSplit = 1;
 };
 
+// Whether the cluster form can split a group of `group` query heads per kv head over two clusters
+// (AttentionDecodeParams::clusterHeadSplit 2): head dim 256 and an even group of at most 8, where
+// the kernel is instantiated (half the group unrolled for 4).
+inline constexpr bool clusterHeadSplitFits(int headDim, int group) { return headDim == 256 && group % 2 == 0 && group <= 8; }
+
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
 inline constexpr int kFusedAttentionMaxGroup = 4;
 // The largest group the cluster form takes (AttentionDecodeParams::cluster): its merge is

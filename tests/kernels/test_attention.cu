@@ -420,9 +420,8 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("cluster " + f.name + ": a group of " + std::to_string(group) + " refused",
                         gc::launchAttentionDecode(c, nullptr) == gc::KernelStatus::InvalidArgument, "");
     } else {
-        // The checks of one cluster form: the default chunks, then at head dim 256 the two-stage
-        // ring (AttentionDecodeParams::clusterRing), which must meet the same bounds.
-        // `last`: the last launch's output.
+        // The checks of one cluster form (the default; at head dim 256 the two-stage ring and the
+        // head split, which must meet the same bounds). `last`: the last launch's output.
         const auto clusterChecks = [&](const gc::AttentionDecodeParams& form, const std::string& tag, std::vector<float>& last) {
             double worst = 0.0, scale = 0.0;
             bool finite = true;
@@ -496,12 +495,16 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         // head, so at the same cluster size the same bits; refused off head dim 256 or odd groups.
         gc::AttentionDecodeParams split = c;
         split.clusterHeadSplit = 2;
-        if (d == 256 && group % 2 == 0) {
+        if (gc::clusterHeadSplitFits(d, group)) {
             clusterChecks(split, "cluster heads split ", other);
-            const bool sameSize = gc::attentionDecodeSplits(split) == gc::attentionDecodeSplits(c);
+            // Bit for bit at one cluster per kv head's size (forced: the automatic size may differ
+            // with twice the clusters).
+            gc::AttentionDecodeParams sameSize = split;
+            sameSize.splits = gc::attentionDecodeSplits(c);
+            const bool cachesSame = repeatedLaunches(sameSize, [&](const std::vector<float>& out) { other = out; });
             report.addCheck("cluster heads split " + f.name + ": bit-identical to one cluster per kv head at the same size",
-                            !sameSize || std::memcmp(other.data(), oneCluster.data(), other.size() * sizeof(float)) == 0,
-                            sameSize ? "" : "cluster sizes differ: not compared");
+                            cachesSame && std::memcmp(other.data(), oneCluster.data(), other.size() * sizeof(float)) == 0,
+                            "cluster size " + std::to_string(sameSize.splits));
             gc::AttentionDecodeParams both = split;
             both.clusterRing = true;
             clusterChecks(both, "cluster ring, heads split ", other);
@@ -539,7 +542,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             if (group > gc::kClusterAttentionMaxGroup) break;
             for (int form = 0; form < 3; ++form) {  // default, two-stage ring, heads split over two clusters
                 if (form > 0 && d != 256) continue;
-                if (form == 2 && group % 2 != 0) continue;
+                if (form == 2 && !gc::clusterHeadSplitFits(d, group)) continue;
                 const bool ring = form == 1;
                 gc::AttentionDecodeParams t = c;
                 t.splits = size;
