@@ -162,8 +162,7 @@ int main(int argc, char** argv) {
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},
-         {"cluster-head-split", false, "cluster attention at head dim 256 with an even group of at most 8 query heads per KV head: two clusters per KV head, each over half the group (experiment; for e2b's groups of 8)"},
-         {"cluster-ring", false, "cluster attention at head dim 256: load each block's band through a ring of two half-chunk stages, the next in flight while one is computed (experiment; for depth)"},
+         {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"one-shot-lm-head", false, "run the decode lm_head on the one-shot grid of 4-row warps, launched programmatically, instead of the resident grid of 8-row warps launched ordinarily (same logits; the kernel table times it too)"},
@@ -205,8 +204,7 @@ int main(int argc, char** argv) {
     options.attentionPrefetch = !cli.has("no-attention-prefetch");
     options.fuseFullAttention = cli.has("fused-full-attention");
     options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
-    options.clusterAttentionRing = cli.has("cluster-ring");
-    options.clusterAttentionHeadSplit = cli.has("cluster-head-split");
+    options.clusterAttentionHeadSplit = !cli.has("no-cluster-head-split");
     options.persistentLmHead = !cli.has("one-shot-lm-head");
     std::int64_t prefillChunk = options.gemmPrefillChunk;
     if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {

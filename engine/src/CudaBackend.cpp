@@ -187,7 +187,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          clusterAttentionRing_(options.clusterAttentionRing), clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit),
+          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -292,8 +292,7 @@ public:
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
-                                         (clusterAttentionRing_ ? " (two-stage ring)" : "") +
-                                         (clusterAttentionHeadSplit_ ? " (heads split over two clusters)" : "")
+                                         (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{})
                                    : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
@@ -1503,6 +1502,7 @@ private:
     void chooseClusterAttention() {
         clusterLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
         clusterLayers_ = 0;
+        headSplitLayers_ = 0;
         if (!clusterAttention_) return;
         for (int l = 0; l < config_.numLayers; ++l) {
             if (!fusedAttention_ || tensorCoreSlidingAttention_ || config_.layers[l].type != LayerType::Sliding ||
@@ -1510,18 +1510,17 @@ private:
                 continue;
             kc::AttentionDecodeParams d = attentionParams(l, 1);
             d.cluster = true;
-            clusterExperiments(d);
+            clusterHeadSplit(d);
             if (kc::attentionDecodeSplits(d) < 1) continue;
             clusterLayer_[static_cast<std::size_t>(l)] = true;
             ++clusterLayers_;
+            if (d.clusterHeadSplit == 2) ++headSplitLayers_;
         }
     }
-    // The cluster form's experiments (OpenOptions::clusterAttentionRing, clusterAttentionHeadSplit),
-    // where the layer's shape takes them (the ring: head dim 256; the head split:
-    // kc::clusterHeadSplitFits).
-    void clusterExperiments(kc::AttentionDecodeParams& d) const {
-        d.clusterRing = clusterAttentionRing_ && d.headDim == 256;
-        d.clusterHeadSplit = clusterAttentionHeadSplit_ && kc::clusterHeadSplitFits(d.headDim, d.qHeads / d.kvHeads) ? 2 : 1;
+    // The cluster form's head split (OpenOptions::clusterAttentionHeadSplit), where the layer's
+    // shape gains from it (kc::clusterHeadSplitPays).
+    void clusterHeadSplit(kc::AttentionDecodeParams& d) const {
+        d.clusterHeadSplit = clusterAttentionHeadSplit_ && kc::clusterHeadSplitPays(d.headDim, d.qHeads / d.kvHeads) ? 2 : 1;
     }
     bool clusterAttentionFor(int l, int rows) const {
         return rows == 1 && static_cast<std::size_t>(l) < clusterLayer_.size() && clusterLayer_[static_cast<std::size_t>(l)];
@@ -1597,7 +1596,7 @@ private:
                 // The merge: through the cluster's shared memory, or by the last split block.
                 d.cluster = clusterAttentionFor(l, rows);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
-                if (d.cluster) clusterExperiments(d);
+                if (d.cluster) clusterHeadSplit(d);
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
@@ -1672,14 +1671,14 @@ private:
     bool clusterAttention_ = true;
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
-    bool clusterAttentionRing_ = false;
-    bool clusterAttentionHeadSplit_ = false;
+    bool clusterAttentionHeadSplit_ = true;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
     int clusterLayers_ = 0;
+    int headSplitLayers_ = 0;  // of those, the ones whose heads split over two clusters
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and
     // which buffer of the pair (residual_, residualAlternate_) holds the residual stream now.
     struct PendingNorm {

@@ -525,22 +525,17 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
 // G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
 // G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
 // so the scores read q from shared memory.
-// RING (AttentionDecodeParams::clusterRing; instantiated at head dim 256 only): the chunk's rows
-// as a ring of two stages of KC/2 keys, the next stage's loads in flight while this one is
-// computed; otherwise one chunk of KC keys is loaded, then computed, then the next loaded.
 // HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
 // into their own shared rows, and only part 0 writes them to the cache.
-template <int D, typename KvT, int G, bool RING = false, bool HEADSPLIT = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     constexpr int kElem = static_cast<int>(sizeof(KvT));
     constexpr int kRowBytes = D * kElem;
     constexpr int KC = clusterChunkKeys(D, kElem);
-    constexpr int KS = RING ? KC / 2 : KC;                        // keys per stage (load unit)
-    static_assert(!RING || KS >= 1, "a ring stage holds at least one key");
     constexpr int N = D / 32;                                     // dims per lane in the scores
     constexpr int DT = D >= kClusterThreads ? D / kClusterThreads : 1;  // dims per thread in P·V
     constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
@@ -593,10 +588,10 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     const unsigned char* vBase = static_cast<const unsigned char*>(p.vCache) + static_cast<std::int64_t>(kvh) * kRowBytes;
     const std::int64_t slotBytes = static_cast<std::int64_t>(p.kvHeads) * kRowBytes;
     constexpr int kChunks16 = kRowBytes / 16;
-    // Loads keys [first, first + count) of the piece into rows base..base+count-1; the current
+    // Loads keys [first, first + count) of the piece into rows 0..count-1; the current
     // position's rows come from curK/curV after the wait instead (writesCurrent), or, when
     // `skipCurrent`, are left for a load after the wait.
-    auto issueChunk = [&](std::int64_t first, int count, int base, bool skipCurrent) {
+    auto issueChunk = [&](std::int64_t first, int count, bool skipCurrent) {
         // Slots of consecutive positions: one 64-bit remainder per chunk; count <= the band <=
         // capacity, so a slot past the end wraps with one subtraction.
         const std::int64_t firstSlot = first % p.capacity;
@@ -607,36 +602,21 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             std::int64_t slot = firstSlot + r;
             if (slot >= p.capacity) slot -= p.capacity;
             const std::int64_t off = slot * slotBytes + c * 16;
-            cpAsync16(kRows + (base + r) * kRowBytes + c * 16, kBase + off, true);
-            cpAsync16(vRows + (base + r) * kRowBytes + c * 16, vBase + off, true);
+            cpAsync16(kRows + r * kRowBytes + c * 16, kBase + off, true);
+            cpAsync16(vRows + r * kRowBytes + c * 16, vBase + off, true);
         }
         cpAsyncCommit();
     };
-    // Stage i holds keys [bs + i·KS, bs + (i+1)·KS) of the piece, in rows (i % 2)·KS.. with RING,
-    // rows 0.. otherwise; stageKeys(i) = 0 past the piece's end.
-    auto stageKeys = [&](int i) {
-        const std::int64_t first = bs + static_cast<std::int64_t>(i) * KS;
-        return first < be ? static_cast<int>(be - first < KS ? be - first : KS) : 0;
-    };
-    // Before the loop: stage 0, and with RING stage 1 (before the wait with prefetchBand). Rows
-    // base + r of stage i hold key bs + i·KS + r, and base = i·KS for stages 0 and 1, so the row
-    // of key k issued here is k − bs in either.
-    const int firstCount = hasKeys ? static_cast<int>(be - bs < KS ? be - bs : KS) : 0;
-    if (hasKeys) issueChunk(bs, firstCount, 0, p.prefetchBand);
-    int secondCount = 0;
-    if constexpr (RING) {
-        secondCount = stageKeys(1);
-        if (secondCount > 0) issueChunk(bs + KS, secondCount, KS, p.prefetchBand);
-    }
+    // Before the loop: the first chunk (before the wait with prefetchBand); row r holds key bs + r.
+    const int firstCount = hasKeys ? static_cast<int>(be - bs < KC ? be - bs : KC) : 0;
+    if (hasKeys) issueChunk(bs, firstCount, p.prefetchBand);
     // With prefetchBand, a KV-shared layer's current rows load after the wait, in a group of their
-    // own committed after the stages'.
-    bool currentLoadsLate = false;
+    // own committed after the first chunk's.
     if (p.prefetchBand) {
         gridDependencyWait();
         allowDependentsToStart();
-        // The current position's rows, when the cache holds them and they are in the first stages.
-        if (!writesCurrent && current >= bs && current < bs + firstCount + secondCount) {
-            currentLoadsLate = true;
+        // The current position's rows, when the cache holds them and they are in the first chunk.
+        if (!writesCurrent && current >= bs && current < bs + firstCount) {
             const std::int64_t off = (current % p.capacity) * slotBytes;
             const int row = static_cast<int>(current - bs);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
@@ -699,13 +679,11 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 #pragma unroll
         for (int j = 0; j < DT; ++j) o[h][j] = 0.0f;
 
-    // One loaded stage: keys [first, first + count) in rows base.. (the current rows copied in
+    // One loaded chunk: keys [first, first + count) in rows 0.. (the current rows copied in
     // from curK/curV first when this block wrote them), folded into o, m, l. Ends on a barrier.
-    auto computeStage = [&](std::int64_t first, int count, int base) {
-        unsigned char* const kStage = kRows + base * kRowBytes;
-        unsigned char* const vStage = vRows + base * kRowBytes;
+    auto computeChunk = [&](std::int64_t first, int count) {
         if (writesCurrent && current >= first && current < first + count) {
-            const int row = base + static_cast<int>(current - first);
+            const int row = static_cast<int>(current - first);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
                 reinterpret_cast<uint4*>(kRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curK)[c];
                 reinterpret_cast<uint4*>(vRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curV)[c];
@@ -716,7 +694,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         // Scores: warp per key, lanes over the dims.
         for (int t = warp; t < count; t += kClusterWarps) {
             float kv[N];
-            loadLaneDims<KvT, N>(kStage + t * kRowBytes, lane, kv);
+            loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
 #pragma unroll
             for (int h = 0; h < G; ++h) {
                 if (h < g) {
@@ -766,7 +744,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
                 }
 #pragma unroll 4
             for (int t = 0; t < count; ++t) {
-                const unsigned char* vRow = vStage + t * kRowBytes;
+                const unsigned char* vRow = vRows + t * kRowBytes;
 #pragma unroll
                 for (int j = 0; j < DT; ++j) {
                     const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
@@ -778,27 +756,11 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         }
         __syncthreads();  // the rows and scores are refilled by the next chunk
     };
-    if constexpr (!RING) {
-        for (std::int64_t first = bs; first < be; first += KC) {
-            const int count = static_cast<int>(be - first < KC ? be - first : KC);
-            if (first != bs) issueChunk(first, count, 0, false);  // after the wait: the current rows load as any
-            cpAsyncWait<0>();
-            computeStage(first, count, 0);
-        }
-    } else {
-        const int stages = hasKeys ? static_cast<int>((be - bs + KS - 1) / KS) : 0;
-        for (int stage = 0; stage < stages; ++stage) {
-            const std::int64_t first = bs + static_cast<std::int64_t>(stage) * KS;
-            const int count = stageKeys(stage);
-            const int base = (stage & 1) * KS;
-            // The next stage's group may stay pending, unless the late current rows (committed
-            // after it) are this stage's.
-            if (stage + 1 < stages && !(currentLoadsLate && stage == 0 && current < first + count)) cpAsyncWait<1>();
-            else cpAsyncWait<0>();
-            computeStage(first, count, base);
-            // This stage's rows are free (computeStage ends on a barrier): the stage after next.
-            if (stage + 2 < stages) issueChunk(first + 2 * KS, stageKeys(stage + 2), base, false);
-        }
+    for (std::int64_t first = bs; first < be; first += KC) {
+        const int count = static_cast<int>(be - first < KC ? be - first : KC);
+        if (first != bs) issueChunk(first, count, false);  // after the wait: the current rows load as any
+        cpAsyncWait<0>();
+        computeChunk(first, count);
     }
 
     // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
@@ -941,11 +903,11 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 // ---- cluster form: host side ------------------------------------------------------------------------
 // Raises the kernel's limits once per device and host thread: the largest shared memory a group
 // of up to G needs, and cluster sizes above the portable 8.
-template <int D, typename KvT, int G, bool RING = false, bool HEADSPLIT = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
-    constexpr auto kernel = attentionClusterKernel<D, KvT, G, RING, HEADSPLIT>;
+    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT>;
     const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -969,7 +931,7 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     thread_local Cached cached;
     const int g = p.qHeads / p.kvHeads / kSplit;
     if (cached.device == facts.device && cached.group == g && cached.kvHeads == p.kvHeads) return cached.size;
-    if (prepareClusterKernel<D, KvT, G, false, HEADSPLIT>(facts.device) != cudaSuccess) {
+    if (prepareClusterKernel<D, KvT, G, HEADSPLIT>(facts.device) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
@@ -988,7 +950,7 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
         config.attrs = &attribute;
         config.numAttrs = 1;
         int active = 0;
-        if (cudaOccupancyMaxActiveClusters(&active, attentionClusterKernel<D, KvT, G, false, HEADSPLIT>, &config) != cudaSuccess) {
+        if (cudaOccupancyMaxActiveClusters(&active, attentionClusterKernel<D, KvT, G, HEADSPLIT>, &config) != cudaSuccess) {
             cudaGetLastError();
             continue;
         }
@@ -998,21 +960,17 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     return chosen;
 }
 
-template <int D, typename KvT, int G, bool RING = false, bool HEADSPLIT = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
-    // The ring (AttentionDecodeParams::clusterRing) is instantiated at head dim 256 only, the head
-    // split (clusterHeadSplit) at head dim 256 with G 4 (validated by the launcher). The ring's
-    // shared memory and launch bounds are the plain instance's, so the cluster size chosen
-    // without it (clusterSizeTyped) holds for it.
-    if constexpr (D == 256 && !RING)
-        if (p.clusterRing) return launchClusterTyped<D, KvT, G, true, HEADSPLIT>(p, size, device, stream);
+    // The head split (clusterHeadSplit) is instantiated at head dim 256 with G 4 (validated by the
+    // launcher).
     if constexpr (D == 256 && G == 4 && !HEADSPLIT)
-        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, RING, true>(p, size, device, stream);
-    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, RING, HEADSPLIT>(device); err != cudaSuccess) return err;
+        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT>(device); err != cudaSuccess) return err;
     constexpr int kSplit = HEADSPLIT ? 2 : 1;
     const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads * kSplit), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT, G, RING, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
+    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
                             p.programmaticLaunch, static_cast<unsigned>(size), p);
 }
 

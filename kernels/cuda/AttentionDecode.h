@@ -89,19 +89,13 @@ struct AttentionDecodeParams {
     // separated by a graph launch or a host copy (the CUDA backend's decode steps). The current
     // position's rows are loaded after the wait.
     bool prefetchBand = false;
-    // Cluster form, head dim 256 only (ignored otherwise): each block's rows as a ring of two
-    // stages of half a chunk, the next stage's loads in flight while this one is computed, instead
-    // of loading a whole chunk and then computing it (a sliding layer's full window is two chunks
-    // per block at an fp32 cache). The same arithmetic in another chunking of the online softmax
-    // (within fp32 rounding). An experiment, off by default (docs/PERFORMANCE.md version 18).
-    bool clusterRing = false;
     // Cluster form: 2 runs each kv head's query group as two clusters of half the group (query
     // heads split, the whole band read by both; head dim 256 and groups of 2, 4 or 8 only, else
     // refused), so a group of 8 (e2b) runs the kernel unrolled for 4 with q in registers and its
     // norm + RoPE in one round of warps; only the first cluster writes the current K and V to the
     // cache. The same arithmetic per head (within fp32 rounding of the split kernel, as the
-    // default). 0 or 1: one cluster per kv head. An experiment, off by default (docs/PERFORMANCE.md
-    // version 18, step 5).
+    // default). 0 or 1: one cluster per kv head. The CUDA backend splits where it pays
+    // (clusterHeadSplitPays; docs/PERFORMANCE.md version 19).
     int clusterHeadSplit = 1;
 };
 
@@ -109,6 +103,10 @@ struct AttentionDecodeParams {
 // (AttentionDecodeParams::clusterHeadSplit 2): head dim 256 and an even group of at most 8, where
 // the kernel is instantiated (half the group unrolled for 4).
 inline constexpr bool clusterHeadSplitFits(int headDim, int group) { return headDim == 256 && group % 2 == 0 && group <= 8; }
+// Where the split is faster on the H200 (docs/PERFORMANCE.md version 19): groups of 4 and 8 (e4b,
+// e2b; decode +1 % and +3 %). A group of 2 (12b, 31b) loses: its one cluster per kv head already
+// holds q in registers, and the split only reads the band twice (harness: 14.2 → 17.2 µs).
+inline constexpr bool clusterHeadSplitPays(int headDim, int group) { return clusterHeadSplitFits(headDim, group) && group >= 4; }
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
 inline constexpr int kFusedAttentionMaxGroup = 4;

@@ -19,9 +19,9 @@
 //   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
 //   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
 //   8, 16), groups of 2, 4 and 8, refusals (groups above 8, two rows), and its time next to the
-//   fused split kernel's; at head dim 256 the same checks and timings for the two-stage ring
-//   (clusterRing) and the heads split over two clusters (clusterHeadSplit, bit for bit against
-//   one cluster per kv head; refused elsewhere), both experiments.
+//   fused split kernel's; at head dim 256 the same checks and timings for the heads split over
+//   two clusters (clusterHeadSplit, bit for bit against one cluster per kv head; refused at other
+//   head dims and odd groups).
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
@@ -420,8 +420,8 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("cluster " + f.name + ": a group of " + std::to_string(group) + " refused",
                         gc::launchAttentionDecode(c, nullptr) == gc::KernelStatus::InvalidArgument, "");
     } else {
-        // The checks of one cluster form (the default; at head dim 256 the two-stage ring and the
-        // head split, which must meet the same bounds). `last`: the last launch's output.
+        // The checks of one cluster form (one cluster per kv head; at head dim 256 also the head
+        // split, which must meet the same bounds). `last`: the last launch's output.
         const auto clusterChecks = [&](const gc::AttentionDecodeParams& form, const std::string& tag, std::vector<float>& last) {
             double worst = 0.0, scale = 0.0;
             bool finite = true;
@@ -486,11 +486,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         };
         std::vector<float> oneCluster, other;
         clusterChecks(c, "cluster ", oneCluster);
-        if (d == 256) {
-            gc::AttentionDecodeParams ring = c;
-            ring.clusterRing = true;
-            clusterChecks(ring, "cluster ring ", other);
-        }
         // The head split (clusterHeadSplit 2): the same arithmetic per head as one cluster per kv
         // head, so at the same cluster size the same bits; refused off head dim 256 or odd groups.
         gc::AttentionDecodeParams split = c;
@@ -505,9 +500,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             report.addCheck("cluster heads split " + f.name + ": bit-identical to one cluster per kv head at the same size",
                             cachesSame && std::memcmp(other.data(), oneCluster.data(), other.size() * sizeof(float)) == 0,
                             "cluster size " + std::to_string(sameSize.splits));
-            gc::AttentionDecodeParams both = split;
-            both.clusterRing = true;
-            clusterChecks(both, "cluster ring, heads split ", other);
         } else {
             report.addCheck("cluster heads split " + f.name + ": refused (head dim " + std::to_string(d) + ", group " +
                                 std::to_string(group) + ")",
@@ -540,21 +532,18 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         }
         for (int size : {0, 8, 16}) {
             if (group > gc::kClusterAttentionMaxGroup) break;
-            for (int form = 0; form < 3; ++form) {  // default, two-stage ring, heads split over two clusters
-                if (form > 0 && d != 256) continue;
-                if (form == 2 && !gc::clusterHeadSplitFits(d, group)) continue;
-                const bool ring = form == 1;
+            for (int headSplit : {1, 2}) {  // one cluster per kv head, heads split over two clusters
+                if (headSplit == 2 && !gc::clusterHeadSplitFits(d, group)) continue;
                 gc::AttentionDecodeParams t = c;
                 t.splits = size;
-                t.clusterRing = ring;
-                t.clusterHeadSplit = form == 2 ? 2 : 1;
+                t.clusterHeadSplit = headSplit;
                 t.programmaticLaunch = false;
                 t.normRope.programmaticLaunch = false;
                 const double us = medianMicros([&](int) { gc::launchAttentionDecode(t, nullptr); }, 5, 30);
                 char line[200];
                 std::snprintf(line, sizeof line, "cluster %-32s %8.1f us  %7.1f GB/s (live K+V band, cluster of %d%s%s)", f.name.c_str(), us,
                               bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), size ? ", forced" : "",
-                              ring ? ", two-stage ring" : form == 2 ? ", heads split over two clusters" : "");
+                              headSplit == 2 ? ", heads split over two clusters" : "");
                 perf.push_back(line);
             }
         }

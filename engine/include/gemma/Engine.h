@@ -200,16 +200,11 @@ struct OpenOptions {
     // pieces save). Both choose among existing kernels.
     bool fuseFullAttention = false;
     bool tensorCoreSlidingAttention = false;
-    // CUDA, cluster attention at head dim 256 (every preset's sliding layers): each block loads
-    // its band through a ring of two half-chunk stages, the next stage in flight while this one is
-    // computed (AttentionDecodeParams::clusterRing; within fp32 rounding of the default). An
-    // experiment for depth, off by default (docs/PERFORMANCE.md version 18, step 5).
-    bool clusterAttentionRing = false;
-    // CUDA, cluster attention at head dim 256 with an even group of at most 8 query heads per kv
-    // head: two clusters per kv head, each over half the group (AttentionDecodeParams::
-    // clusterHeadSplit; the same bits per head). An experiment for e2b's groups of 8, off by
-    // default (docs/PERFORMANCE.md version 18, step 5).
-    bool clusterAttentionHeadSplit = false;
+    // CUDA, cluster attention at head dim 256 with a group of 4 or 8 query heads per kv head
+    // (e4b, e2b): two clusters per kv head, each over half the group (AttentionDecodeParams::
+    // clusterHeadSplit, where kc::clusterHeadSplitPays; the same bits per head). e2b decodes 3 %
+    // faster, e4b 1 % (docs/PERFORMANCE.md version 19); off: one cluster per kv head (comparisons).
+    bool clusterAttentionHeadSplit = true;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
