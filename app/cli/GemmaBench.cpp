@@ -162,7 +162,6 @@ int main(int argc, char** argv) {
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},
-         {"ple-cluster", false, "decode the per-layer-input block (e2b, e4b) as one thread-block-cluster launch instead of two matvec launches (experiment)"},
          {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
@@ -206,7 +205,6 @@ int main(int argc, char** argv) {
     options.fuseFullAttention = cli.has("fused-full-attention");
     options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
     options.clusterAttentionHeadSplit = !cli.has("no-cluster-head-split");
-    options.pleCluster = cli.has("ple-cluster");
     options.persistentLmHead = !cli.has("one-shot-lm-head");
     std::int64_t prefillChunk = options.gemmPrefillChunk;
     if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {

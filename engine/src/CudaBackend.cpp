@@ -35,7 +35,6 @@
 #include "KernelBuckets.h"
 #include "KernelTrace.h"
 #include "PerLayerInputs.h"
-#include "PleBlock.h"
 #include "NormRopeCache.h"
 #include "RmsNorm.h"
 #include "StepAttribution.h"
@@ -188,7 +187,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), pleCluster_(options.pleCluster),
+          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -275,13 +274,6 @@ public:
                                         "uploading the weights"));
         bindLayers();
         if (tiledWeights_) GEMMA_RETURN_IF_ERROR(tileWeights());
-        // OpenOptions::pleCluster where every layer's PLE weights are tiled and the device takes
-        // the shape (every layer's is the same); otherwise the two matvec launches.
-        if (pleCluster_) {
-            bool usable = config_.hasPerLayerInputs() && !layers_.empty();
-            for (const auto& d : layers_) usable = usable && d.perLayerGate.tiled && d.perLayerProjection.tiled;
-            pleCluster_ = usable && kc::pleBlockClusterSize(pleClusterParams(layers_[0].perLayerGate, layers_[0].perLayerProjection)) > 0;
-        }
         GEMMA_RETURN_IF_ERROR(allocateWorkspaces());
         events_.resize(2048);
         for (auto& e : events_) GEMMA_RETURN_IF_ERROR(cudaError(cudaEventCreate(&e), "cudaEventCreate"));
@@ -298,7 +290,6 @@ public:
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
-               (pleCluster_ ? ", PLE block in one cluster launch" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{})
@@ -1635,24 +1626,6 @@ private:
         const float* layerInput = perLayerInputs_.as<float>() + static_cast<std::int64_t>(l) * P;
         const bool gateInStore = rows == 1 && !gemmRows(rows);
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postFeedforwardNorm, 1.0f, nullptr, nullptr, H, rows, stats));
-        // OpenOptions::pleCluster: the deferred residual update, the gate and the projection in one
-        // cluster launch.
-        if (pleCluster_ && gateInStore && pendingNorm_.active && !pendingNorm_.normalizeOutput && w.perLayerGate.tiled &&
-            w.perLayerProjection.tiled) {
-            Timed timed(*this, stats, Bucket::Fp4Matvec);
-            const kc::Fp4MatvecParams::InputNorm in = takePendingNorm();
-            kc::PleBlockParams p = pleClusterParams(w.perLayerGate, w.perLayerProjection);
-            p.residualIn = in.residualIn;
-            p.branch = in.branch;
-            p.branchWeight = in.branchWeight;
-            p.layerScalar = in.layerScalar;
-            p.eps = in.eps;
-            p.residualOut = in.residualOut;
-            p.perLayerInput = layerInput;
-            p.out = branch_.as<float>();
-            GEMMA_RETURN_IF_ERROR(kernelError(kc::launchPleBlock(p, stream_), "PLE block"));
-            return norm(branch_.as<float>(), w.postPerLayerNorm, w.layerScalar, nextNorm, normed, H, rows, stats);
-        }
         GEMMA_RETURN_IF_ERROR(
             matvec(w.perLayerGate, residualNow_, H, perLayerGate_.as<float>(), P, rows, stats, nullptr, {}, gateInStore ? layerInput : nullptr));
         if (!gateInStore) {
@@ -1669,19 +1642,6 @@ private:
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.perLayerProjection, perLayerGate_.as<float>(), P, branch_.as<float>(), H, rows, stats));
         return norm(branch_.as<float>(), w.postPerLayerNorm, w.layerScalar, nextNorm, normed, H, rows, stats);
-    }
-
-    // The PLE block's launch parameters for these weights (the activations filled in by the caller).
-    kc::PleBlockParams pleClusterParams(const DeviceLinear& gate, const DeviceLinear& projection) const {
-        kc::PleBlockParams p;
-        p.hidden = gate.in;
-        p.perLayer = gate.out;
-        p.gateCodes = gate.codes;
-        p.gateScales = reinterpret_cast<const std::uint32_t*>(gate.scales);
-        p.projectionCodes = projection.codes;
-        p.projectionScales = reinterpret_cast<const std::uint32_t*>(projection.scales);
-        p.programmaticLaunch = programmaticLaunch_;
-        return p;
     }
 
     const Package& package_;
@@ -1712,7 +1672,6 @@ private:
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool clusterAttentionHeadSplit_ = true;
-    bool pleCluster_ = false;  // OpenOptions::pleCluster, where the first layer's shapes took it (pleClusterParams)
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;

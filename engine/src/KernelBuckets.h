@@ -21,7 +21,6 @@ inline int kernelBucket(std::string_view name) {
     static constexpr Entry kTable[] = {
         {"fp4MatvecMmaKernel", Bucket::Fp4Matvec},
         {"fp4MatvecKernel", Bucket::Fp4Matvec},
-        {"pleBlockKernel", Bucket::Fp4Matvec},  // the PLE block's two matvecs in one launch
         {"fp4DequantizeKernel", Bucket::Fp4Matvec},  // prefill: the GEMM path's weight expansion
         {"fp4TileKernel", Bucket::Fp4Matvec},        // load time: the tiled weight layout
         {"attentionSplitKernel", Bucket::Attention},

@@ -205,12 +205,6 @@ struct OpenOptions {
     // clusterHeadSplit, where kc::clusterHeadSplitPays; the same bits per head). e2b decodes 3 %
     // faster, e4b 1 % (docs/PERFORMANCE.md version 19); off: one cluster per kv head (comparisons).
     bool clusterAttentionHeadSplit = true;
-    // CUDA, decode steps of models with per-layer inputs (e2b, e4b): the PLE block (residual
-    // update, gate matvec with gelu ⊙ per-layer input, projection matvec) as one launch of one
-    // thread-block cluster (kernels/cuda/PleBlock.h) instead of two matvec launches, where the
-    // device and the shapes take it (tiled weights, sm_90). fp32 arithmetic of its own (within
-    // rounding of the matvecs'). An experiment, off by default (docs/PERFORMANCE.md version 19).
-    bool pleCluster = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
