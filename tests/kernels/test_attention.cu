@@ -21,7 +21,9 @@
 //   8, 16), groups of 2, 4 and 8, refusals (groups above 8, two rows), and its time next to the
 //   fused split kernel's; at head dim 256 the same checks and timings for the heads split over
 //   two clusters (clusterHeadSplit, bit for bit against one cluster per kv head; refused at other
-//   head dims and odd groups).
+//   head dims and odd groups); on the timed full-layer fixtures (e2b's and e4b's shapes) also the
+//   time of the engine's default form for full layers (norm + RoPE kernel, tensor-core pieces,
+//   merge kernel).
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
@@ -530,6 +532,34 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                           bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), splits ? ", forced" : "");
             perf.push_back(line);
         }
+        // A full layer: also the engine's default form for it (the norm + RoPE kernel, the
+        // tensor-core pieces, the merge kernel; three launches), the cluster form's alternative
+        // at a short band (docs/PERFORMANCE.md version 19, the small presets' levers).
+        if (f.window == 0) {
+            gc::QkvNormRopeParams norm = r;
+            norm.programmaticLaunch = false;
+            gc::AttentionDecodeParams t = p;
+            t.fuseNormRope = false;
+            t.fuseMerge = false;
+            t.tensorCores = true;
+            t.splits = 0;
+            t.programmaticLaunch = false;
+            const std::size_t bytes = gc::attentionDecodeWorkspaceBytes(t);
+            DeviceBuffer<std::uint8_t> ws(bytes);
+            HCHECK(cudaMemset(ws.ptr, 0, bytes));
+            t.workspace = ws.ptr;
+            t.workspaceBytes = bytes;
+            const double us = medianMicros(
+                [&](int) {
+                    gc::launchQkvNormRope(norm, nullptr);
+                    gc::launchAttentionDecode(t, nullptr);
+                },
+                5, 30);
+            char line[200];
+            std::snprintf(line, sizeof line, "default %-32s %8.1f us  %7.1f GB/s (norm + RoPE, tensor-core pieces, merge: %d splits)",
+                          f.name.c_str(), us, bandBytes / us * 1e-3, gc::attentionDecodeSplits(t));
+            perf.push_back(line);
+        }
         for (int size : {0, 8, 16}) {
             if (group > gc::kClusterAttentionMaxGroup) break;
             for (int headSplit : {1, 2}) {  // one cluster per kv head, heads split over two clusters
@@ -684,6 +714,10 @@ int main() {
         {"e2b kv-shared sliding 8q/1kv", 8, 1, 256, 512, 543, F, 600, true, 128},
         {"e2b sliding pos 150 f32", 8, 1, 256, 512, 543, F, 150, false, 128, 0, true},
         {"e2b kv-shared sliding pos 150 f32", 8, 1, 256, 512, 543, F, 150, true, 128, 0, true},
+        // e2b's and e4b's full layers (groups of 8 and 4 at head dim 512, partial RoPE) at a short
+        // band: the cluster form against the default three launches (timing lines "default ...").
+        {"e2b full pos 150 f32", 8, 1, 512, 0, 4096, F, 150, false, 64, 0, true},
+        {"e4b full pos 150 f32", 8, 2, 512, 0, 4096, F, 150, false, 64, 0, true},
         {"16 splits len20 (empty splits)", 16, 1, 512, 0, 4096, F, 19, false, 64, 16},
         {"1 split", 16, 8, 256, 1024, 1055, B, 700, false, 128, 1},
         {"demo d64 wrap", 8, 2, 64, 128, 159, F, 700, false, 32},
