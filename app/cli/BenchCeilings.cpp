@@ -323,7 +323,7 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, Kernel
     timing.out = vocab;
     timing.in = hidden;
     timing.microseconds = ms * 1e3;
-    timing.bytes = static_cast<double>(codeBytes) + vocab * 4.0 * 2 + hidden * 4.0;
+    timing.bytes = static_cast<double>(codeBytes) + static_cast<double>(vocab) * 4.0 * 2 + static_cast<double>(hidden) * 4.0;
     timing.gbs = timing.bytes / (ms * 1e-3) / 1e9;
     return true;
 }
