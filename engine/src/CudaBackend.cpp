@@ -11,6 +11,7 @@
 #include <kernels/WeightFormats.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -187,7 +188,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit),
+          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeys_(options.clusterFullAttentionKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -292,7 +293,10 @@ public:
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
-                                         (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{})
+                                         (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
+                                         (clusterShortLayers_ > 0 ? ", and on " + std::to_string(clusterShortLayers_) + " full layers up to " +
+                                                                        std::to_string(clusterFullKeys_) + " keys"
+                                                                  : std::string{})
                                    : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
@@ -301,7 +305,7 @@ public:
                 : trace_         ? ", step timing: kernel timeline"
                                  : ", step timing: event pairs") + ")";
     }
-    bool graphActive() const override { return graphExec_ != nullptr; }
+    bool graphActive() const override { return graphExec_[0] || graphExec_[1]; }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
 
@@ -479,7 +483,7 @@ private:
     // untimed. A step is idempotent (the same inputs write the same KV slot), as the self-check
     // already relies on; the timed step then replays it.
     Status prepareDecodeGraph(std::int32_t token, int position) {
-        if (!graphWanted_ || graphFailed_ || graphExec_) return Status::ok();
+        if (!graphWanted_ || graphFailed_ || graphExec_[shortBandAt(position) ? 1 : 0]) return Status::ok();
         bool usedGraph = false;
         GEMMA_RETURN_IF_ERROR(decodeStep(token, position, usedGraph));
         return cudaError(cudaStreamSynchronize(stream_), "running the forward pass");
@@ -570,7 +574,7 @@ private:
         }
         stats->instrumented = true;
         stats->kernelTimeline = true;
-        stats->graph = graphExec_ != nullptr;
+        stats->graph = graphExec_[bandSlot()] != nullptr;
         stats->instrumentationMs += std::chrono::duration<double, std::milli>(on - switchOn).count() +
                                     std::chrono::duration<double, std::milli>(HostClock::now() - done).count();
         return Status::ok();
@@ -1224,6 +1228,7 @@ private:
     // captured graph of the launches below serves every decode step and every live length.
     Status uploadInputs(std::span<const std::int32_t> tokens, int start) {
         const int rows = static_cast<int>(tokens.size());
+        shortBand_ = rows == 1 && shortBandAt(start);  // the launches that follow take this step's band form
         std::vector<int> hostPositions(static_cast<std::size_t>(rows));
         for (int r = 0; r < rows; ++r) hostPositions[static_cast<std::size_t>(r)] = start + r;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(tokens_.as<int>(), tokens.data(), rows * 4u, cudaMemcpyHostToDevice, stream_), "tokens"));
@@ -1244,21 +1249,22 @@ private:
     Status decodeStep(std::int32_t token, int position, bool& usedGraph) {
         usedGraph = false;
         const std::int32_t input[1] = {token};
-        GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));
+        GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));  // also the band form (shortBand_)
         if (!graphWanted_ || graphFailed_) return launchChunk(1, true, false, nullptr);
-        if (!graphExec_) {
-            graphExec_ = capture([&] { return launchChunk(1, true, false, nullptr); }, graphStatus_);
-            if (!graphExec_) {
+        cudaGraphExec_t& graphExec = graphExec_[bandSlot()];
+        if (!graphExec) {
+            graphExec = capture([&] { return launchChunk(1, true, false, nullptr); }, graphStatus_);
+            if (!graphExec) {
                 graphFailed_ = true;
                 return launchChunk(1, true, false, nullptr);
             }
-            auto same = replayMatchesDirect(graphExec_, [&] { return launchChunk(1, true, false, nullptr); }, token, position, false);
+            auto same = replayMatchesDirect(graphExec, [&] { return launchChunk(1, true, false, nullptr); }, token, position, false);
             if (!same) return same.status();
             if (!*same) {
                 graphFailed_ = true;
                 graphStatus_ = "self-check failed: graph replay and direct launch gave different logits";
-                cudaGraphExecDestroy(graphExec_);
-                graphExec_ = nullptr;
+                cudaGraphExecDestroy(graphExec);
+                graphExec = nullptr;
                 return launchChunk(1, true, false, nullptr);  // logits_ from direct launches, not the replay
             }
             graphStatus_ = "on (self-check passed: replay bit-identical to direct launch)";
@@ -1266,7 +1272,7 @@ private:
             return Status::ok();
         }
         usedGraph = true;
-        return cudaError(cudaGraphLaunch(graphExec_, stream_), "graph launch");
+        return cudaError(cudaGraphLaunch(graphExec, stream_), "graph launch");
     }
 
     // Captures what `launches` enqueues on the stream into an executable graph; null on failure,
@@ -1344,19 +1350,20 @@ private:
     // bit-identical logits and the same id. A failure turns the device chain off (name() says
     // why); decodeGreedy then takes the host path.
     Status prepareGreedyGraph(std::int32_t token, int position) {
-        greedyGraph_ = capture([&] { return launchGreedyStep(); }, greedyStatus_);
-        if (!greedyGraph_) {
+        cudaGraphExec_t& greedyGraph = greedyGraph_[bandSlot()];
+        greedyGraph = capture([&] { return launchGreedyStep(); }, greedyStatus_);
+        if (!greedyGraph) {
             greedyFailed_ = true;
             greedyStatus_ = "off (" + greedyStatus_ + ")";
             return Status::ok();
         }
-        auto same = replayMatchesDirect(greedyGraph_, [&] { return launchGreedyStep(); }, token, position, true);
+        auto same = replayMatchesDirect(greedyGraph, [&] { return launchGreedyStep(); }, token, position, true);
         if (!same) return same.status();
         if (!*same) {
             greedyFailed_ = true;
             greedyStatus_ = "off (self-check failed: graph replay and direct launch disagreed)";
-            cudaGraphExecDestroy(greedyGraph_);
-            greedyGraph_ = nullptr;
+            cudaGraphExecDestroy(greedyGraph);
+            greedyGraph = nullptr;
             return Status::ok();
         }
         greedyStatus_ = "on (self-check passed: replay bit-identical to direct launch, same id)";
@@ -1371,19 +1378,57 @@ public:
         if (static_cast<std::int64_t>(startPosition) + maxSteps > allocation_) {
             return {ErrorCode::InvalidArgument, "the context allocation of " + std::to_string(allocation_) + " positions is full"};
         }
-        if (graphWanted_ && !greedyFailed_ && !greedyGraph_) GEMMA_RETURN_IF_ERROR(prepareGreedyGraph(token, startPosition));
-        if (!greedyGraph_) return Backend::decodeGreedy(token, startPosition, maxSteps, onToken);
+        // With OpenOptions::clusterFullAttentionKeys the chain runs in segments of one band form
+        // (one graph each, bandSlot): a chain that crosses the limit ends its first segment there
+        // and the second starts from the last id the first chose. Otherwise one segment.
+        int done = 0;
+        while (done < maxSteps) {
+            const int position = startPosition + done;
+            const int steps = shortBandAt(position) ? std::min(maxSteps - done, clusterFullKeys_ - position) : maxSteps - done;
+            int accepted = 0;
+            bool stopped = false;
+            GEMMA_RETURN_IF_ERROR(greedySegment(token, position, steps, onToken, accepted, stopped, token));
+            done += accepted;
+            if (stopped || accepted < steps) break;
+        }
+        return Status::ok();
+    }
+
+private:
+    // One segment of decodeGreedy: up to maxSteps steps from (token, startPosition), all in one
+    // band form. `accepted`: the steps onToken took; `stopped`: onToken asked to stop; `last`: the
+    // last accepted id (unchanged when none). Without the segment's graph, the host path.
+    Status greedySegment(std::int32_t token, int startPosition, int maxSteps, const GreedyCallback& onToken, int& accepted,
+                         bool& stopped, std::int32_t& last) {
+        const std::int32_t input[1] = {token};
+        shortBand_ = shortBandAt(startPosition);
+        cudaGraphExec_t& greedyGraph = greedyGraph_[bandSlot()];
+        if (graphWanted_ && !greedyFailed_ && !greedyGraph) GEMMA_RETURN_IF_ERROR(prepareGreedyGraph(token, startPosition));
+        if (!greedyGraph) {
+            // The host path to the end of this segment, counting what it accepts.
+            accepted = 0;
+            stopped = false;
+            const GreedyCallback counting = [&](std::int32_t id, const StepStats& step) {
+                ++accepted;
+                last = id;
+                stopped = !onToken(id, step);
+                return !stopped;
+            };
+            return Backend::decodeGreedy(token, startPosition, maxSteps, counting);
+        }
 
         GEMMA_RETURN_IF_ERROR(uploadInputs(input, startPosition));
-        int launched = 0, accepted = 0;
+        int launched = 0;
+        accepted = 0;
+        stopped = false;
         auto launchNext = [&]() {
-            GEMMA_RETURN_IF_ERROR(cudaError(cudaGraphLaunch(greedyGraph_, stream_), "graph launch"));
+            GEMMA_RETURN_IF_ERROR(cudaError(cudaGraphLaunch(greedyGraph, stream_), "graph launch"));
             GEMMA_RETURN_IF_ERROR(cudaError(cudaEventRecord(greedyEvents_[launched % 2], stream_), "cudaEventRecord"));
             ++launched;
             return Status::ok();
         };
         Status status = launchNext();
-        auto last = std::chrono::steady_clock::now();
+        auto previous = std::chrono::steady_clock::now();
         // Invariant: launched == accepted + 1 at the top (step `accepted` is running or done); the
         // next step goes in behind it before the host waits, so the GPU always has work queued.
         while (status && accepted < launched) {
@@ -1399,11 +1444,15 @@ public:
             StepStats step;
             step.position = position;
             step.graph = true;
-            step.wallMs = std::chrono::duration<double, std::milli>(now - last).count();
-            last = now;
+            step.wallMs = std::chrono::duration<double, std::milli>(now - previous).count();
+            previous = now;
             ++accepted;
+            last = id;
             position_ = startPosition + accepted;
-            if (!onToken(id, step)) break;
+            if (!onToken(id, step)) {
+                stopped = true;
+                break;
+            }
         }
         // The step queued ahead (if any) finishes before anything else uses the cache; the
         // context ends after the last accepted step.
@@ -1413,12 +1462,12 @@ public:
         return drained;
     }
 
-private:
     void dropGraph() {
-        if (graphExec_) cudaGraphExecDestroy(graphExec_);
-        graphExec_ = nullptr;
-        if (greedyGraph_) cudaGraphExecDestroy(greedyGraph_);
-        greedyGraph_ = nullptr;
+        for (auto* slots : {&graphExec_, &greedyGraph_})
+            for (cudaGraphExec_t& graph : *slots) {
+                if (graph) cudaGraphExecDestroy(graph);
+                graph = nullptr;
+            }
     }
 
     Status launchChunk(int rows, bool wantLogits, bool allPositions, StepStats* stats) {
@@ -1499,11 +1548,28 @@ private:
     // fused split kernel leaves to three launches, e2b's 8), where the device launches it (sm_90+
     // and a cluster size whose clusters are all resident at once). Decided when the caches are
     // (re)allocated, so a graph captures one choice.
+    //
+    // With OpenOptions::clusterFullAttentionKeys, also the full layers with at most
+    // kClusterAttentionMaxGroup query heads per KV head (e2b, e4b, 31b), but only in steps whose band
+    // is at most that many keys (shortBand_); their other steps keep the tensor-core pieces.
     void chooseClusterAttention() {
         clusterLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
+        clusterShortLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
         clusterLayers_ = 0;
+        clusterShortLayers_ = 0;
         headSplitLayers_ = 0;
         if (!clusterAttention_) return;
+        for (int l = 0; l < config_.numLayers && clusterFullKeys_ > 0 && fusedAttention_; ++l) {
+            if (config_.layers[l].type != LayerType::Full || config_.numHeads / config_.layers[l].kvHeads > kc::kClusterAttentionMaxGroup)
+                continue;
+            kc::AttentionDecodeParams d = attentionParams(l, 1);
+            d.cluster = true;
+            d.tensorCores = false;
+            clusterHeadSplit(d);
+            if (kc::attentionDecodeSplits(d) < 1) continue;
+            clusterShortLayer_[static_cast<std::size_t>(l)] = true;
+            ++clusterShortLayers_;
+        }
         for (int l = 0; l < config_.numLayers; ++l) {
             if (!fusedAttention_ || tensorCoreSlidingAttention_ || config_.layers[l].type != LayerType::Sliding ||
                 config_.numHeads / config_.layers[l].kvHeads > kc::kClusterAttentionMaxGroup)
@@ -1523,8 +1589,14 @@ private:
         d.clusterHeadSplit = clusterAttentionHeadSplit_ && kc::clusterHeadSplitPays(d.headDim, d.qHeads / d.kvHeads) ? 2 : 1;
     }
     bool clusterAttentionFor(int l, int rows) const {
-        return rows == 1 && static_cast<std::size_t>(l) < clusterLayer_.size() && clusterLayer_[static_cast<std::size_t>(l)];
+        const auto i = static_cast<std::size_t>(l);
+        return rows == 1 && i < clusterLayer_.size() && (clusterLayer_[i] || (shortBand_ && clusterShortLayer_[i]));
     }
+    // Whether the step at `position` (one row) takes the short-band form: its full layers' band of
+    // position + 1 keys is at most clusterFullKeys_, and some full layer takes the cluster form.
+    bool shortBandAt(int position) const { return clusterShortLayers_ > 0 && position < clusterFullKeys_; }
+    // The decode graphs' slot of this step's band form (graphExec_, greedyGraph_).
+    int bandSlot() const { return shortBand_ ? 1 : 0; }
     // Whether layer l's decode attention is one launch (fused split kernel or cluster form).
     bool oneLaunchAttentionFor(int l, int rows) const { return fusedAttentionFor(l, rows) || clusterAttentionFor(l, rows); }
 
@@ -1596,7 +1668,10 @@ private:
                 // The merge: through the cluster's shared memory, or by the last split block.
                 d.cluster = clusterAttentionFor(l, rows);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
-                if (d.cluster) clusterHeadSplit(d);
+                if (d.cluster) {
+                    d.tensorCores = false;  // a full layer at a short band (clusterShortLayer_)
+                    clusterHeadSplit(d);
+                }
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
@@ -1672,11 +1747,17 @@ private:
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool clusterAttentionHeadSplit_ = true;
+    int clusterFullKeys_ = 0;  // OpenOptions::clusterFullAttentionKeys
+    // This step's band form: true while the full layers' band is at most clusterFullKeys_ keys and
+    // some full layer takes the cluster form (shortBandAt); set with the step's inputs.
+    bool shortBand_ = false;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;
     std::vector<bool> clusterLayer_;  // per layer: the cluster form (chooseClusterAttention)
+    std::vector<bool> clusterShortLayer_;  // per full layer: the cluster form at a short band
+    int clusterShortLayers_ = 0;
     int clusterLayers_ = 0;
     int headSplitLayers_ = 0;  // of those, the ones whose heads split over two clusters
     // Deferred norms (norm()): the arguments of the residual norm the next matvec folds in, and
@@ -1702,7 +1783,9 @@ private:
     cudaStream_t dequantStream_ = nullptr;
     std::unordered_map<const DeviceLinear*, std::pair<const DeviceLinear*, const DeviceLinear*>> prefillNext_;
     bool graphFailed_ = false;
-    cudaGraphExec_t graphExec_ = nullptr;
+    // The decode step's graphs, by band form (bandSlot): [0] the default, [1] the full layers in
+    // clusters (OpenOptions::clusterFullAttentionKeys; used only with it).
+    std::array<cudaGraphExec_t, 2> graphExec_{};
     std::string graphStatus_ = "off";
     // The greedy chain (decodeGreedy): its graph, the ids it chose (entry p % kGreedyHistory for
     // the step at position p; at most two steps are in flight) and one event per step in flight.
@@ -1714,7 +1797,7 @@ private:
     DeviceBuffer topKWorkspace_;
     static_assert(sizeof(kc::TopKEntry) == sizeof(RankedLogit) && offsetof(kc::TopKEntry, id) == offsetof(RankedLogit, id),
                   "the top-k kernel writes RankedLogit entries");
-    cudaGraphExec_t greedyGraph_ = nullptr;
+    std::array<cudaGraphExec_t, 2> greedyGraph_{};  // by band form, as graphExec_
     cudaEvent_t greedyEvents_[2] = {nullptr, nullptr};
     bool greedyFailed_ = false;
     std::string greedyStatus_;

@@ -14,6 +14,8 @@
 // tolerance, and the test prints every such case.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -60,8 +62,11 @@ Generation generate(const fs::path& package, gemma::Device device, const std::ve
 
 // Greedy ids with no logits wanted: the CUDA backend chooses on the device and chains the steps
 // there (Backend::decodeGreedy), timing every `instrumentEvery`th step through direct launches.
-std::vector<std::int32_t> deviceGreedyIds(const fs::path& package, const std::vector<std::int32_t>& prompt, int count, int instrumentEvery) {
-    auto engine = gemma::Engine::open(package, gemma::OpenOptions{gemma::Device::Cuda, 512, gemma::KvCacheType::F32});
+std::vector<std::int32_t> deviceGreedyIds(const fs::path& package, const std::vector<std::int32_t>& prompt, int count, int instrumentEvery,
+                                          const std::function<void(gemma::OpenOptions&)>& adjust = {}) {
+    gemma::OpenOptions options{gemma::Device::Cuda, 512, gemma::KvCacheType::F32};
+    if (adjust) adjust(options);
+    auto engine = gemma::Engine::open(package, options);
     EXPECT_TRUE(engine) << engine.status().message();
     if (!engine) return {};
     gemma::GenerationRequest request;
@@ -200,6 +205,25 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
                  });
     compare(allTensorCores, cpu.logits, cpu.tokens, vocab, prompt.size(),
             GetParam() + " gpu(tensor-core attention, every layer) vs cpu", 2e-2);
+    // Full layers in clusters at a short band (OpenOptions::clusterFullAttentionKeys, an
+    // experiment; every golden's full layers have groups of at most 4): at 64 keys the decode
+    // (positions 40–79) crosses the limit, so both band forms and both of their graphs run, per
+    // step here and in the device chain below. The cluster form is fp32, the pieces fp16: the
+    // tensor-core tolerance. The chain must pick the ids the per-step path picked.
+    const auto shortBand = [](gemma::OpenOptions& o) { o.clusterFullAttentionKeys = 64; };
+    const Generation shortBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0,
+                                             gemma::OpenOptions{}.programmaticLaunch, true, shortBand);
+    compare(shortBandRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs cpu", 2e-2);
+    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, shortBand), shortBandRun.tokens) << "short-band device chain";
+    {
+        gemma::OpenOptions options{gemma::Device::Cuda, 512, gemma::KvCacheType::F32};
+        shortBand(options);
+        auto engine = gemma::Engine::open(scratch / "model.gemma", options);
+        ASSERT_TRUE(engine) << engine.status().message();
+        int major = 0;
+        ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+        EXPECT_EQ((*engine)->info().backend.find("full layers up to 64 keys") != std::string::npos, major >= 9) << (*engine)->info().backend;
+    }
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");
@@ -208,6 +232,8 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     compare(tensorCores, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(tensor-core decode attention) vs transformers", 2e-2);
     compare(allTensorCores, reference, greedy, vocab, prompt.size(),
             GetParam() + " gpu(tensor-core attention, every layer) vs transformers", 2e-2);
+    compare(shortBandRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs transformers",
+            2e-2);
 }
 
 // The opt-in decode graph must pass its own bit-identical self-check (CudaBackend::decodeStep)

@@ -205,6 +205,14 @@ struct OpenOptions {
     // clusterHeadSplit, where kc::clusterHeadSplitPays; the same bits per head). e2b decodes 3 %
     // faster, e4b 1 % (docs/PERFORMANCE.md version 19); off: one cluster per kv head (comparisons).
     bool clusterAttentionHeadSplit = true;
+    // CUDA, with clusterAttention: full layers with at most 8 query heads per kv head (e2b, e4b,
+    // 31b) run their decode attention as the cluster form (one launch: norm + RoPE, attention,
+    // merge) in steps whose band is at most this many keys, instead of the norm + RoPE kernel, the
+    // tensor-core pieces and the merge kernel; longer bands keep those. 0: never. The decode graphs
+    // then come in two forms, each captured and self-checked on first use, and a greedy chain that
+    // crosses the limit switches between them. An experiment, off by default (docs/PERFORMANCE.md
+    // version 19: prepared, not yet run on a GPU).
+    int clusterFullAttentionKeys = 0;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
