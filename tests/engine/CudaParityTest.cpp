@@ -211,8 +211,8 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // step here and in the device chain below. The cluster form is fp32, the pieces fp16: the
     // tensor-core tolerance. The chain must pick the ids the per-step path picked.
     const auto shortBand = [](gemma::OpenOptions& o) { o.clusterFullAttentionKeys = 64; };
-    const Generation shortBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 0,
-                                             gemma::OpenOptions{}.programmaticLaunch, true, shortBand);
+    const Generation shortBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                                             gemma::OpenOptions{}.programmaticLaunch, true, shortBand);  // the chain's prefill
     compare(shortBandRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs cpu", 2e-2);
     EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, shortBand), shortBandRun.tokens) << "short-band device chain";
     {
