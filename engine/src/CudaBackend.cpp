@@ -1558,34 +1558,31 @@ private:
         clusterLayers_ = 0;
         clusterShortLayers_ = 0;
         headSplitLayers_ = 0;
-        if (!clusterAttention_) return;
-        for (int l = 0; l < config_.numLayers && clusterFullKeys_ > 0 && fusedAttention_; ++l) {
-            if (config_.layers[l].type != LayerType::Full || config_.numHeads / config_.layers[l].kvHeads > kc::kClusterAttentionMaxGroup)
-                continue;
-            kc::AttentionDecodeParams d = attentionParams(l, 1);
-            d.cluster = true;
-            d.tensorCores = false;
-            clusterHeadSplit(d);
-            if (kc::attentionDecodeSplits(d) < 1) continue;
-            clusterShortLayer_[static_cast<std::size_t>(l)] = true;
-            ++clusterShortLayers_;
-        }
+        if (!clusterAttention_ || !fusedAttention_) return;
         for (int l = 0; l < config_.numLayers; ++l) {
-            if (!fusedAttention_ || tensorCoreSlidingAttention_ || config_.layers[l].type != LayerType::Sliding ||
+            const bool sliding = config_.layers[l].type == LayerType::Sliding;
+            if ((sliding ? tensorCoreSlidingAttention_ : clusterFullKeys_ == 0) ||
                 config_.numHeads / config_.layers[l].kvHeads > kc::kClusterAttentionMaxGroup)
                 continue;
             kc::AttentionDecodeParams d = attentionParams(l, 1);
-            d.cluster = true;
-            clusterHeadSplit(d);
+            clusterForm(d);
             if (kc::attentionDecodeSplits(d) < 1) continue;
-            clusterLayer_[static_cast<std::size_t>(l)] = true;
-            ++clusterLayers_;
-            if (d.clusterHeadSplit == 2) ++headSplitLayers_;
+            if (sliding) {
+                clusterLayer_[static_cast<std::size_t>(l)] = true;
+                ++clusterLayers_;
+                if (d.clusterHeadSplit == 2) ++headSplitLayers_;
+            } else {
+                clusterShortLayer_[static_cast<std::size_t>(l)] = true;
+                ++clusterShortLayers_;
+            }
         }
     }
-    // The cluster form's head split (OpenOptions::clusterAttentionHeadSplit), where the layer's
-    // shape gains from it (kc::clusterHeadSplitPays).
-    void clusterHeadSplit(kc::AttentionDecodeParams& d) const {
+    // Makes a decode attention launch the cluster form: no tensor cores (a full layer at a short
+    // band has them otherwise), and the heads split over two clusters where the layer's shape gains
+    // from it (OpenOptions::clusterAttentionHeadSplit, kc::clusterHeadSplitPays).
+    void clusterForm(kc::AttentionDecodeParams& d) const {
+        d.cluster = true;
+        d.tensorCores = false;
         d.clusterHeadSplit = clusterAttentionHeadSplit_ && kc::clusterHeadSplitPays(d.headDim, d.qHeads / d.kvHeads) ? 2 : 1;
     }
     bool clusterAttentionFor(int l, int rows) const {
@@ -1666,12 +1663,8 @@ private:
                 d.fuseNormRope = true;
                 d.normRope = normRopeParams(l, rows);
                 // The merge: through the cluster's shared memory, or by the last split block.
-                d.cluster = clusterAttentionFor(l, rows);
+                if (clusterAttentionFor(l, rows)) clusterForm(d);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
-                if (d.cluster) {
-                    d.tensorCores = false;  // a full layer at a short band (clusterShortLayer_)
-                    clusterHeadSplit(d);
-                }
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
