@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     const int g = p.qHeads / p.kvHeads / kSplit;  // this cluster's query heads
     const int kvh = HEADSPLIT ? static_cast<int>(blockIdx.y >> 1) : static_cast<int>(blockIdx.y);
     const int part = HEADSPLIT ? static_cast<int>(blockIdx.y & 1) : 0;
-    // This cluster's first query head (HEADSPLIT; otherwise kvh·g, spelled out where used).
+    // This cluster's first query head: kvh·g without the split (part is 0, kSplit 1).
     const int headBase = (kvh * kSplit + part) * g;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -644,7 +644,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             else reinterpret_cast<std::uint16_t*>(row)[j] = formats::floatToBf16(v);
         });
     }
-    const float* qGroup = HEADSPLIT ? p.q + static_cast<std::int64_t>(headBase) * D : p.q + static_cast<std::int64_t>(kvh) * g * D;
+    const float* qGroup = p.q + static_cast<std::int64_t>(headBase) * D;
     if (hasKeys) {
         if (p.fuseNormRope) {
             for (int h = warp - 2; h >= 0 && h < g; h += kClusterWarps - 2) {
@@ -679,9 +679,12 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 #pragma unroll
         for (int j = 0; j < DT; ++j) o[h][j] = 0.0f;
 
-    // One loaded chunk: keys [first, first + count) in rows 0.. (the current rows copied in
+    // Each loaded chunk: keys [first, first + count) in rows 0.. (the current rows copied in
     // from curK/curV first when this block wrote them), folded into o, m, l. Ends on a barrier.
-    auto computeChunk = [&](std::int64_t first, int count) {
+    for (std::int64_t first = bs; first < be; first += KC) {
+        const int count = static_cast<int>(be - first < KC ? be - first : KC);
+        if (first != bs) issueChunk(first, count, false);  // after the wait: the current rows load as any
+        cpAsyncWait<0>();
         if (writesCurrent && current >= first && current < first + count) {
             const int row = static_cast<int>(current - first);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
@@ -755,12 +758,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             }
         }
         __syncthreads();  // the rows and scores are refilled by the next chunk
-    };
-    for (std::int64_t first = bs; first < be; first += KC) {
-        const int count = static_cast<int>(be - first < KC ? be - first : KC);
-        if (first != bs) issueChunk(first, count, false);  // after the wait: the current rows load as any
-        cpAsyncWait<0>();
-        computeChunk(first, count);
     }
 
     // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
@@ -787,7 +784,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             num = fmaf(w, *cluster.map_shared_rank(os + h * D + dim, c), num);
             den = fmaf(w, *cluster.map_shared_rank(lRow + h, c), den);
         }
-        p.out[static_cast<std::int64_t>(HEADSPLIT ? headBase + h : kvh * g + h) * D + dim] = num / den;
+        p.out[static_cast<std::int64_t>(headBase + h) * D + dim] = num / den;
     }
     cluster.sync();  // no block leaves while a peer may still read its shared memory
 #endif
