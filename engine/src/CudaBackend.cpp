@@ -188,7 +188,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeys_(options.clusterFullAttentionKeys),
+          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -1549,22 +1549,25 @@ private:
     // and a cluster size whose clusters are all resident at once). Decided when the caches are
     // (re)allocated, so a graph captures one choice.
     //
-    // With OpenOptions::clusterFullAttentionKeys, also the full layers with at most
-    // kClusterAttentionMaxGroup query heads per KV head (e2b, e4b, 31b), but only in steps whose band
-    // is at most that many keys (shortBand_); their other steps keep the tensor-core pieces.
+    // Also the full layers with at most kClusterAttentionMaxGroup query heads per KV head (e2b,
+    // e4b, 31b), but only in steps whose band is at most clusterFullKeys_ keys (shortBand_): the
+    // OpenOptions::clusterFullAttentionKeys limit, or where it is -1 the least of those layers'
+    // kc::clusterFullBandKeys. Their other steps keep the tensor-core pieces.
     void chooseClusterAttention() {
         clusterLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
         clusterShortLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
         clusterLayers_ = 0;
         clusterShortLayers_ = 0;
         headSplitLayers_ = 0;
+        clusterFullKeys_ = 0;
         if (!clusterAttention_ || !fusedAttention_) return;
         for (int l = 0; l < config_.numLayers; ++l) {
             const bool sliding = config_.layers[l].type == LayerType::Sliding;
-            if ((sliding ? tensorCoreSlidingAttention_ : clusterFullKeys_ == 0) ||
-                config_.numHeads / config_.layers[l].kvHeads > kc::kClusterAttentionMaxGroup)
-                continue;
+            const int group = config_.numHeads / config_.layers[l].kvHeads;
+            if ((sliding && tensorCoreSlidingAttention_) || group > kc::kClusterAttentionMaxGroup) continue;
             kc::AttentionDecodeParams d = attentionParams(l, 1);
+            const int bandLimit = sliding ? 0 : clusterFullKeysOption_ < 0 ? kc::clusterFullBandKeys(d.headDim, group) : clusterFullKeysOption_;
+            if (!sliding && bandLimit == 0) continue;
             clusterForm(d);
             if (kc::attentionDecodeSplits(d) < 1) continue;
             if (sliding) {
@@ -1574,6 +1577,7 @@ private:
             } else {
                 clusterShortLayer_[static_cast<std::size_t>(l)] = true;
                 ++clusterShortLayers_;
+                clusterFullKeys_ = clusterFullKeys_ == 0 ? bandLimit : std::min(clusterFullKeys_, bandLimit);
             }
         }
     }
@@ -1740,7 +1744,8 @@ private:
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool clusterAttentionHeadSplit_ = true;
-    int clusterFullKeys_ = 0;  // OpenOptions::clusterFullAttentionKeys
+    int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
+    int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
     // This step's band form: true while the full layers' band is at most clusterFullKeys_ keys and
     // some full layer takes the cluster form (shortBandAt); set with the step's inputs.
     bool shortBand_ = false;

@@ -107,6 +107,13 @@ inline constexpr bool clusterHeadSplitFits(int headDim, int group) { return head
 // e2b; decode +1 % and +3 %). A group of 2 (12b, 31b) loses: its one cluster per kv head already
 // holds q in registers, and the split only reads the band twice (harness: 14.2 → 17.2 µs).
 inline constexpr bool clusterHeadSplitPays(int headDim, int group) { return clusterHeadSplitFits(headDim, group) && group >= 4; }
+// The longest band (keys) up to which a full layer (head dim 512, one decode row) is faster as the
+// cluster form than as the norm + RoPE kernel, the tensor-core pieces and the merge kernel; 0
+// where it never is. The cluster form reads the band on 16 blocks per kv head, so its time grows
+// with the band and the group, while the pieces' stays near 17 µs. H200 harness (docs/
+// PERFORMANCE.md version 20): the two cross near 190 keys for groups of 8 (e2b 186, 31b 220) and
+// near 510 for groups of 4 (e4b); 1536 / group stays below both.
+inline constexpr int clusterFullBandKeys(int headDim, int group) { return headDim == 512 && group >= 1 && group <= 8 ? 1536 / group : 0; }
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
 inline constexpr int kFusedAttentionMaxGroup = 4;

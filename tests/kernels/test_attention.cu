@@ -718,6 +718,15 @@ int main() {
         // band: the cluster form against the default three launches (timing lines "default ...").
         {"e2b full pos 150 f32", 8, 1, 512, 0, 4096, F, 150, false, 64, 0, true},
         {"e4b full pos 150 f32", 8, 2, 512, 0, 4096, F, 150, false, 64, 0, true},
+        // Longer bands: where the cluster form stops paying (its default band limit).
+        {"e2b full pos 700 f32", 8, 1, 512, 0, 4096, F, 700, false, 64, 0, true},
+        {"e2b full pos 1500 f32", 8, 1, 512, 0, 4096, F, 1500, false, 64, 0, true},
+        {"e2b full pos 3500 f32", 8, 1, 512, 0, 4096, F, 3500, false, 64, 0, true},
+        {"e4b full pos 700 f32", 8, 2, 512, 0, 4096, F, 700, false, 64, 0, true},
+        {"e4b full pos 1500 f32", 8, 2, 512, 0, 4096, F, 1500, false, 64, 0, true},
+        {"e4b full pos 3500 f32", 8, 2, 512, 0, 4096, F, 3500, false, 64, 0, true},
+        {"31b full pos 150 f32 32q/4kv", 32, 4, 512, 0, 4096, F, 150, false, 64, 0, true},
+        {"31b full pos 1500 f32 32q/4kv", 32, 4, 512, 0, 4096, F, 1500, false, 64, 0, true},
         {"16 splits len20 (empty splits)", 16, 1, 512, 0, 4096, F, 19, false, 64, 16},
         {"1 split", 16, 8, 256, 1024, 1055, B, 700, false, 128, 1},
         {"demo d64 wrap", 8, 2, 64, 128, 159, F, 700, false, 32},

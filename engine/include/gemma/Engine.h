@@ -208,11 +208,12 @@ struct OpenOptions {
     // CUDA, with clusterAttention: full layers with at most 8 query heads per kv head (e2b, e4b,
     // 31b) run their decode attention as the cluster form (one launch: norm + RoPE, attention,
     // merge) in steps whose band is at most this many keys, instead of the norm + RoPE kernel, the
-    // tensor-core pieces and the merge kernel; longer bands keep those. 0: never. The decode graphs
-    // then come in two forms, each captured and self-checked on first use, and a greedy chain that
-    // crosses the limit switches between them. An experiment, off by default (docs/PERFORMANCE.md
-    // version 19: prepared, not yet run on a GPU).
-    int clusterFullAttentionKeys = 0;
+    // tensor-core pieces and the merge kernel; longer bands keep those. The decode graphs then come
+    // in two forms, each captured and self-checked on first use, and a greedy chain that crosses
+    // the limit switches between them. -1 (default): where the cluster form is faster on the H200
+    // (kernels::clusterFullBandKeys: 192 keys for e2b and 31b, 384 for e4b; e4b decodes 1 % faster
+    // at positions 100-227, docs/PERFORMANCE.md version 20); 0: never; N: up to N keys.
+    int clusterFullAttentionKeys = -1;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
