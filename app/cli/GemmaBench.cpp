@@ -395,10 +395,9 @@ int main(int argc, char** argv) {
             request.promptTokens = n;
             request.decodeTokens = 1;
             request.instrumented = false;
-            // An untimed run first: the first prefill of a shape pays one-time costs (cuBLASLt's
-            // algorithm choice, kernel attribute setup) that are not prefill speed.
+            // The engine's warm pass pays the first prefill's one-time costs (cuBLASLt's algorithm
+            // choice, kernel attribute setup), which are not prefill speed; prefillMs is the second.
             auto result = (*engine)->benchmarkDecode(request, {});
-            if (result) result = (*engine)->benchmarkDecode(request, {});
             if (!result) {
                 std::cerr << "gemma-bench: " << result.status().message() << "\n";
                 return 1;
@@ -464,11 +463,10 @@ int main(int argc, char** argv) {
         request.promptTokens = first["prompt_tokens"].get<int>();
         request.decodeTokens = first["decode_tokens"].get<int>();
         request.instrumented = false;
-        // Untraced first: the depth sweep left another allocation, so the greedy chain's graph is
-        // captured and self-checked again here, outside the timeline.
-        auto warm = (*engine)->benchmarkDecode(request, {});
+        // The engine's untraced warm pass captures and self-checks the greedy chain's graph again
+        // (the depth sweep left another allocation), outside the timeline.
         request.traced = true;
-        auto run = warm ? (*engine)->benchmarkDecode(request, {}) : warm;
+        auto run = (*engine)->benchmarkDecode(request, {});
         Json traced = Json::object();
         if (run && run->traced) {
             traced["buckets"] = bucketsJson(run->trace.bucketMs, run->trace.launches);

@@ -172,6 +172,35 @@ TEST_F(EngineFixture, BenchmarkDecodeRestoresTheAllocation) {
     EXPECT_TRUE(engine_->generate(request2, {}));
 }
 
+// benchmarkDecode runs an untimed warm pass before the timed one (one-time costs such as a CUDA
+// graph's capture stay out of tok/s): progress reports every step of both passes, the warm one in
+// the first half, and the result holds the timed pass's steps only.
+TEST_F(EngineFixture, BenchmarkRunsAWarmPassBeforeTheTimedOne) {
+    gemma::DecodeBenchmarkRequest request;
+    request.contextAllocation = 128;
+    request.promptTokens = 10;
+    request.decodeTokens = 5;
+    for (bool instrumented : {false, true}) {
+        request.instrumented = instrumented;
+        std::vector<double> fractions;
+        auto result = engine_->benchmarkDecode(request, [&](double done, std::string_view) {
+            fractions.push_back(done);
+            return true;
+        });
+        ASSERT_TRUE(result) << result.status().message();
+        EXPECT_EQ(result->steps.size(), 5u);
+        ASSERT_EQ(fractions.size(), 10u);
+        EXPECT_DOUBLE_EQ(fractions[4], 0.5);
+        EXPECT_DOUBLE_EQ(fractions.back(), 1.0);
+        for (std::size_t i = 1; i < fractions.size(); ++i) EXPECT_GT(fractions[i], fractions[i - 1]);
+    }
+    // Cancelling in the warm pass cancels the benchmark.
+    int calls = 0;
+    auto cancelled = engine_->benchmarkDecode(request, [&](double, std::string_view) { return ++calls < 2; });
+    EXPECT_EQ(cancelled.status().code(), gemma::ErrorCode::Cancelled);
+    EXPECT_EQ(calls, 2);
+}
+
 TEST_F(EngineFixture, InfoCarriesTheResolvedConfig) {
     auto config = gemma::ModelConfig::fromJson(engine_->info().configJson);
     ASSERT_TRUE(config) << config.status().message();

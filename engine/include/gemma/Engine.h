@@ -247,6 +247,8 @@ using ProgressCallback = std::function<bool(double fraction, std::string_view st
 using TokenCallback = std::function<bool(const TokenEvent& event)>;
 
 // One point of an allocation sweep: the same positions decoded with a given KV allocation.
+// Engine::benchmarkDecode runs the request twice, prefill included, and reports the second pass:
+// the first (untimed, never traced) captures the step's graphs and pays other one-time costs.
 struct DecodeBenchmarkRequest {
     int contextAllocation = 4096;
     int promptTokens = 100;   // context filled by a real prefill before the timed decode
@@ -262,8 +264,7 @@ struct DecodeBenchmarkRequest {
     // Plain greedy-chain runs: record the GPU's kernel timeline of the decode steps (CUDA with
     // libcupti: Backend::beginKernelTrace) and report per-token buckets from it in `traced`; the
     // steps run as in a plain run (one graph each, programmatic overlap), at the tracer's cost
-    // (compare tokensPerSecond with an untraced run). Run an untraced request first: the first
-    // greedy run captures and self-checks its graph, and those launches would be traced too.
+    // (compare tokensPerSecond with an untraced run). The warm pass (below) is never traced.
     bool traced = false;
 };
 // Per token of a traced run: bucketMs and launches from the kernel timeline, Gap = wall per token
