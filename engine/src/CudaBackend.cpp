@@ -189,6 +189,7 @@ public:
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
+          fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -298,6 +299,7 @@ public:
                                                                         std::to_string(clusterFullKeys_) + " keys"
                                                                   : std::string{})
                                    : std::string{}) +
+               (fullBandKeys_ > 0 ? ", full-layer pieces split for " + std::to_string(fullBandKeys_) + " keys up to that band" : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) +
@@ -356,8 +358,10 @@ public:
                     return status;
                 }
             }
+            bandBound_ = 0;  // the workspace is sized for the capacity's split counts
             GEMMA_RETURN_IF_ERROR(allocateAttentionWorkspace());
             chooseClusterAttention();
+            chooseBandForms();
             allocation_ = allocation;
         }
         position_ = 0;
@@ -483,7 +487,7 @@ private:
     // untimed. A step is idempotent (the same inputs write the same KV slot), as the self-check
     // already relies on; the timed step then replays it.
     Status prepareDecodeGraph(std::int32_t token, int position) {
-        if (!graphWanted_ || graphFailed_ || graphExec_[shortBandAt(position) ? 1 : 0]) return Status::ok();
+        if (!graphWanted_ || graphFailed_ || graphExec_[bandSlot(bandBoundAt(position))]) return Status::ok();
         bool usedGraph = false;
         GEMMA_RETURN_IF_ERROR(decodeStep(token, position, usedGraph));
         return cudaError(cudaStreamSynchronize(stream_), "running the forward pass");
@@ -574,7 +578,7 @@ private:
         }
         stats->instrumented = true;
         stats->kernelTimeline = true;
-        stats->graph = graphExec_[bandSlot()] != nullptr;
+        stats->graph = graphExec_[bandSlot(bandBound_)] != nullptr;
         stats->instrumentationMs += std::chrono::duration<double, std::milli>(on - switchOn).count() +
                                     std::chrono::duration<double, std::milli>(HostClock::now() - done).count();
         return Status::ok();
@@ -845,6 +849,8 @@ private:
         p.positions = positions_.as<int>();
         p.window = g.type == LayerType::Sliding ? config_.slidingWindow : 0;
         p.maxBand = g.type == LayerType::Sliding ? std::min<std::int64_t>(config_.slidingWindow, cache.capacity) : cache.capacity;
+        // A decode step in a short band form: the full layers' pieces split for that band only.
+        if (rows == 1 && g.type != LayerType::Sliding && bandBound_ > 0) p.maxBand = std::min<std::int64_t>(p.maxBand, bandBound_);
         p.scale = 1.0f;
         p.out = attended_.as<float>();
         p.outStride = qWidth_;
@@ -1228,7 +1234,7 @@ private:
     // captured graph of the launches below serves every decode step and every live length.
     Status uploadInputs(std::span<const std::int32_t> tokens, int start) {
         const int rows = static_cast<int>(tokens.size());
-        shortBand_ = rows == 1 && shortBandAt(start);  // the launches that follow take this step's band form
+        bandBound_ = rows == 1 ? bandBoundAt(start) : 0;  // the launches that follow take this step's band form
         std::vector<int> hostPositions(static_cast<std::size_t>(rows));
         for (int r = 0; r < rows; ++r) hostPositions[static_cast<std::size_t>(r)] = start + r;
         GEMMA_RETURN_IF_ERROR(cudaError(cudaMemcpyAsync(tokens_.as<int>(), tokens.data(), rows * 4u, cudaMemcpyHostToDevice, stream_), "tokens"));
@@ -1249,9 +1255,9 @@ private:
     Status decodeStep(std::int32_t token, int position, bool& usedGraph) {
         usedGraph = false;
         const std::int32_t input[1] = {token};
-        GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));  // also the band form (shortBand_)
+        GEMMA_RETURN_IF_ERROR(uploadInputs(input, position));  // also the band form (bandBound_)
         if (!graphWanted_ || graphFailed_) return launchChunk(1, true, false, nullptr);
-        cudaGraphExec_t& graphExec = graphExec_[bandSlot()];
+        cudaGraphExec_t& graphExec = graphExec_[bandSlot(bandBound_)];
         if (!graphExec) {
             graphExec = capture([&] { return launchChunk(1, true, false, nullptr); }, graphStatus_);
             if (!graphExec) {
@@ -1350,7 +1356,7 @@ private:
     // bit-identical logits and the same id. A failure turns the device chain off (name() says
     // why); decodeGreedy then takes the host path.
     Status prepareGreedyGraph(std::int32_t token, int position) {
-        cudaGraphExec_t& greedyGraph = greedyGraph_[bandSlot()];
+        cudaGraphExec_t& greedyGraph = greedyGraph_[bandSlot(bandBound_)];
         greedyGraph = capture([&] { return launchGreedyStep(); }, greedyStatus_);
         if (!greedyGraph) {
             greedyFailed_ = true;
@@ -1378,13 +1384,14 @@ public:
         if (static_cast<std::int64_t>(startPosition) + maxSteps > allocation_) {
             return {ErrorCode::InvalidArgument, "the context allocation of " + std::to_string(allocation_) + " positions is full"};
         }
-        // With OpenOptions::clusterFullAttentionKeys the chain runs in segments of one band form
-        // (one graph each, bandSlot): a chain that crosses the limit ends its first segment there
-        // and the second starts from the last id the first chose. Otherwise one segment.
+        // The chain runs in segments of one band form each (one graph each, bandSlot): a chain
+        // that crosses a band limit ends its segment there and the next starts from the last id
+        // the previous chose. Without band limits (or far past them), one segment.
         int done = 0;
         while (done < maxSteps) {
             const int position = startPosition + done;
-            const int steps = shortBandAt(position) ? std::min(maxSteps - done, clusterFullKeys_ - position) : maxSteps - done;
+            const int bound = bandBoundAt(position);
+            const int steps = bound > 0 ? std::min(maxSteps - done, bound - position) : maxSteps - done;
             int accepted = 0;
             bool stopped = false;
             GEMMA_RETURN_IF_ERROR(greedySegment(token, position, steps, onToken, accepted, stopped, token));
@@ -1401,8 +1408,8 @@ private:
     Status greedySegment(std::int32_t token, int startPosition, int maxSteps, const GreedyCallback& onToken, int& accepted,
                          bool& stopped, std::int32_t& last) {
         const std::int32_t input[1] = {token};
-        shortBand_ = shortBandAt(startPosition);
-        cudaGraphExec_t& greedyGraph = greedyGraph_[bandSlot()];
+        bandBound_ = bandBoundAt(startPosition);
+        cudaGraphExec_t& greedyGraph = greedyGraph_[bandSlot(bandBound_)];
         if (graphWanted_ && !greedyFailed_ && !greedyGraph) GEMMA_RETURN_IF_ERROR(prepareGreedyGraph(token, startPosition));
         if (!greedyGraph) {
             // The host path to the end of this segment, counting what it accepts.
@@ -1550,9 +1557,9 @@ private:
     // (re)allocated, so a graph captures one choice.
     //
     // Also the full layers with at most kClusterAttentionMaxGroup query heads per KV head (e2b,
-    // e4b, 31b), but only in steps whose band is at most clusterFullKeys_ keys (shortBand_): the
-    // OpenOptions::clusterFullAttentionKeys limit, or where it is -1 the least of those layers'
-    // kc::clusterFullBandKeys. Their other steps keep the tensor-core pieces.
+    // e4b, 31b), but only in steps whose band is at most clusterFullKeys_ keys (bandBound_,
+    // chooseBandForms): the OpenOptions::clusterFullAttentionKeys limit, or where it is -1 the
+    // least of those layers' kc::clusterFullBandKeys. Their other steps keep the tensor-core pieces.
     void chooseClusterAttention() {
         clusterLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
         clusterShortLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
@@ -1591,13 +1598,45 @@ private:
     }
     bool clusterAttentionFor(int l, int rows) const {
         const auto i = static_cast<std::size_t>(l);
-        return rows == 1 && i < clusterLayer_.size() && (clusterLayer_[i] || (shortBand_ && clusterShortLayer_[i]));
+        return rows == 1 && i < clusterLayer_.size() &&
+               (clusterLayer_[i] || (bandBound_ > 0 && bandBound_ <= clusterFullKeys_ && clusterShortLayer_[i]));
     }
-    // Whether the step at `position` (one row) takes the short-band form: its full layers' band of
-    // position + 1 keys is at most clusterFullKeys_, and some full layer takes the cluster form.
-    bool shortBandAt(int position) const { return clusterShortLayers_ > 0 && position < clusterFullKeys_; }
-    // The decode graphs' slot of this step's band form (graphExec_, greedyGraph_).
-    int bandSlot() const { return shortBand_ ? 1 : 0; }
+    // The band forms of a decode step (one row), by the band's length: bandLimits_ holds, in
+    // ascending order, the limits where a form changes: clusterFullKeys_ (where some full layer
+    // takes the cluster form below it) and fullBandKeys_ (the pieces split for that band below
+    // it). A step at `position` has a band of position + 1 keys; its form's bound is the least
+    // limit above position (the band is at most that many keys), 0 past every limit (the
+    // default form). The bound decides the cluster form (bound <= clusterFullKeys_) and the
+    // pieces' split count (attentionParams).
+    void chooseBandForms() {
+        const int fullCapacity = fullLayerCapacity();
+        fullBandKeys_ = fullBandKeysOption_ > 0 && fullBandKeysOption_ < fullCapacity ? fullBandKeysOption_ : 0;
+        bandLimits_.clear();
+        if (clusterShortLayers_ > 0 && clusterFullKeys_ > 0) bandLimits_.push_back(clusterFullKeys_);
+        if (fullBandKeys_ > 0) bandLimits_.push_back(fullBandKeys_);
+        std::sort(bandLimits_.begin(), bandLimits_.end());
+        bandLimits_.erase(std::unique(bandLimits_.begin(), bandLimits_.end()), bandLimits_.end());
+    }
+    int bandBoundAt(int position) const {
+        for (const int limit : bandLimits_)
+            if (position < limit) return limit;
+        return 0;
+    }
+    // The decode graphs' slot of a band form (graphExec_, greedyGraph_): 0 the default, then one
+    // per limit in ascending order.
+    int bandSlot(int bound) const {
+        for (std::size_t i = 0; i < bandLimits_.size(); ++i)
+            if (bandLimits_[i] == bound) return static_cast<int>(i) + 1;
+        return 0;
+    }
+    // The largest KV capacity of a full layer (0 without full layers).
+    int fullLayerCapacity() const {
+        int capacity = 0;
+        for (int l = 0; l < config_.numLayers; ++l)
+            if (config_.layers[l].type != LayerType::Sliding && !caches_.empty())
+                capacity = std::max(capacity, static_cast<int>(caches_[config_.layers[l].kvSourceLayer].capacity));
+        return capacity;
+    }
     // Whether layer l's decode attention is one launch (fused split kernel or cluster form).
     bool oneLaunchAttentionFor(int l, int rows) const { return fusedAttentionFor(l, rows) || clusterAttentionFor(l, rows); }
 
@@ -1746,9 +1785,11 @@ private:
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
-    // This step's band form: true while the full layers' band is at most clusterFullKeys_ keys and
-    // some full layer takes the cluster form (shortBandAt); set with the step's inputs.
-    bool shortBand_ = false;
+    int fullBandKeysOption_ = 0;      // OpenOptions::fullAttentionBandKeys
+    int fullBandKeys_ = 0;            // the pieces' band limit in force (chooseBandForms; 0: none)
+    std::vector<int> bandLimits_;     // ascending (chooseBandForms)
+    // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
+    int bandBound_ = 0;
     bool attentionPrefetch_ = true;
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
@@ -1781,9 +1822,9 @@ private:
     cudaStream_t dequantStream_ = nullptr;
     std::unordered_map<const DeviceLinear*, std::pair<const DeviceLinear*, const DeviceLinear*>> prefillNext_;
     bool graphFailed_ = false;
-    // The decode step's graphs, by band form (bandSlot): [0] the default, [1] the full layers in
-    // clusters (OpenOptions::clusterFullAttentionKeys; used only with it).
-    std::array<cudaGraphExec_t, 2> graphExec_{};
+    // The decode step's graphs, by band form (bandSlot): [0] the default, then one per band limit
+    // (chooseBandForms: at most two).
+    std::array<cudaGraphExec_t, 3> graphExec_{};
     std::string graphStatus_ = "off";
     // The greedy chain (decodeGreedy): its graph, the ids it chose (entry p % kGreedyHistory for
     // the step at position p; at most two steps are in flight) and one event per step in flight.
@@ -1795,7 +1836,7 @@ private:
     DeviceBuffer topKWorkspace_;
     static_assert(sizeof(kc::TopKEntry) == sizeof(RankedLogit) && offsetof(kc::TopKEntry, id) == offsetof(RankedLogit, id),
                   "the top-k kernel writes RankedLogit entries");
-    std::array<cudaGraphExec_t, 2> greedyGraph_{};  // by band form, as graphExec_
+    std::array<cudaGraphExec_t, 3> greedyGraph_{};  // by band form, as graphExec_
     cudaEvent_t greedyEvents_[2] = {nullptr, nullptr};
     bool greedyFailed_ = false;
     std::string greedyStatus_;

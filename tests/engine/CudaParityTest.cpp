@@ -215,15 +215,32 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
                                              gemma::OpenOptions{}.programmaticLaunch, true, shortBand);  // the chain's prefill
     compare(shortBandRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs cpu", 2e-2);
     EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, shortBand), shortBandRun.tokens) << "short-band device chain";
-    {
+    // The backend line of an engine opened with `adjust` (the band forms name themselves there).
+    const auto backendLine = [&](const std::function<void(gemma::OpenOptions&)>& adjust) {
         gemma::OpenOptions options{gemma::Device::Cuda, 512, gemma::KvCacheType::F32};
-        shortBand(options);
+        adjust(options);
         auto engine = gemma::Engine::open(scratch / "model.gemma", options);
-        ASSERT_TRUE(engine) << engine.status().message();
-        int major = 0;
-        ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-        EXPECT_EQ((*engine)->info().backend.find("full layers up to 64 keys") != std::string::npos, major >= 9) << (*engine)->info().backend;
-    }
+        EXPECT_TRUE(engine) << engine.status().message();
+        return engine ? (*engine)->info().backend : std::string{};
+    };
+    int major = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    const std::string shortBandLine = backendLine(shortBand);
+    EXPECT_EQ(shortBandLine.find("full layers up to 64 keys") != std::string::npos, major >= 9) << shortBandLine;
+    // Three band forms (OpenOptions::fullAttentionBandKeys, an experiment, beside a cluster limit
+    // below it): decode positions 40-47 in the cluster form (sm_90+), 48-63 with the full layers'
+    // pieces split for 64 keys instead of the 512-position allocation, 64-79 in the default form;
+    // per step here and as three segments of the device chain.
+    const auto threeBands = [](gemma::OpenOptions& o) {
+        o.clusterFullAttentionKeys = 48;
+        o.fullAttentionBandKeys = 64;
+    };
+    const Generation threeBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                                             gemma::OpenOptions{}.programmaticLaunch, true, threeBands);
+    compare(threeBandRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(three band forms) vs cpu", 2e-2);
+    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, threeBands), threeBandRun.tokens) << "three-band device chain";
+    const std::string threeBandLine = backendLine(threeBands);
+    EXPECT_NE(threeBandLine.find("full-layer pieces split for 64 keys"), std::string::npos) << threeBandLine;
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");
@@ -234,6 +251,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
             GetParam() + " gpu(tensor-core attention, every layer) vs transformers", 2e-2);
     compare(shortBandRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs transformers",
             2e-2);
+    compare(threeBandRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(three band forms) vs transformers", 2e-2);
 }
 
 // The opt-in decode graph must pass its own bit-identical self-check (CudaBackend::decodeStep)
