@@ -307,7 +307,9 @@ public:
                 : trace_         ? ", step timing: kernel timeline"
                                  : ", step timing: event pairs") + ")";
     }
-    bool graphActive() const override { return graphExec_[0] || graphExec_[1]; }
+    bool graphActive() const override {
+        return std::any_of(graphExec_.begin(), graphExec_.end(), [](cudaGraphExec_t graph) { return graph != nullptr; });
+    }
     int contextAllocation() const override { return allocation_; }
     int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
 
