@@ -208,24 +208,21 @@ int main(int argc, char** argv) {
     options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
     options.clusterAttentionHeadSplit = !cli.has("no-cluster-head-split");
     options.persistentLmHead = !cli.has("one-shot-lm-head");
-    std::int64_t clusterFullKeys = -1;  // absent: the engine's automatic limit
-    if (!cli.getInt("cluster-full-attention-keys", 0, 1 << 20, clusterFullKeys)) {
-        std::cerr << "gemma-bench: " << cli.error() << "\n";
+    // An integer option into an int field (kept as it is when absent); false, said, when out of range.
+    const auto intOption = [&](const char* name, std::int64_t minimum, std::int64_t maximum, int& field) {
+        std::int64_t value = field;
+        if (!cli.getInt(name, minimum, maximum, value)) {
+            std::cerr << "gemma-bench: " << cli.error() << "\n";
+            return false;
+        }
+        field = static_cast<int>(value);
+        return true;
+    };
+    // Absent, --cluster-full-attention-keys leaves the engine's automatic limit (-1).
+    if (!intOption("cluster-full-attention-keys", 0, 1 << 20, options.clusterFullAttentionKeys) ||
+        !intOption("full-attention-band-keys", 0, 1 << 20, options.fullAttentionBandKeys) ||
+        !intOption("prefill-chunk", 32, 8192, options.gemmPrefillChunk))
         return 1;
-    }
-    options.clusterFullAttentionKeys = static_cast<int>(clusterFullKeys);
-    std::int64_t fullBandKeys = 0;
-    if (!cli.getInt("full-attention-band-keys", 0, 1 << 20, fullBandKeys)) {
-        std::cerr << "gemma-bench: " << cli.error() << "\n";
-        return 1;
-    }
-    options.fullAttentionBandKeys = static_cast<int>(fullBandKeys);
-    std::int64_t prefillChunk = options.gemmPrefillChunk;
-    if (!cli.getInt("prefill-chunk", 32, 8192, prefillChunk)) {
-        std::cerr << "gemma-bench: " << cli.error() << "\n";
-        return 1;
-    }
-    options.gemmPrefillChunk = static_cast<int>(prefillChunk);
     options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");
     const std::string prefillInput = cli.value("prefill-input").value_or("split-down");
     if (prefillInput == "split") options.prefillInput = gemma::PrefillInput::Split;

@@ -363,7 +363,7 @@ public:
             bandBound_ = 0;  // the workspace is sized for the capacity's split counts
             GEMMA_RETURN_IF_ERROR(allocateAttentionWorkspace());
             chooseClusterAttention();
-            chooseBandForms();
+            chooseBandForms(allocation);
             allocation_ = allocation;
         }
         position_ = 0;
@@ -1610,9 +1610,12 @@ private:
     // limit above position (the band is at most that many keys), 0 past every limit (the
     // default form). The bound decides the cluster form (bound <= clusterFullKeys_) and the
     // pieces' split count (attentionParams).
-    void chooseBandForms() {
-        const int fullCapacity = fullLayerCapacity();
-        fullBandKeys_ = fullBandKeysOption_ > 0 && fullBandKeysOption_ < fullCapacity ? fullBandKeysOption_ : 0;
+    // A full layer's cache holds the whole allocation (kvCacheSlots), so the pieces' limit counts
+    // only below it.
+    void chooseBandForms(int allocation) {
+        const bool fullLayers = std::any_of(config_.layers.begin(), config_.layers.end(),
+                                            [](const LayerGeometry& g) { return g.type != LayerType::Sliding; });
+        fullBandKeys_ = fullLayers && fullBandKeysOption_ > 0 && fullBandKeysOption_ < allocation ? fullBandKeysOption_ : 0;
         bandLimits_.clear();
         if (clusterShortLayers_ > 0 && clusterFullKeys_ > 0) bandLimits_.push_back(clusterFullKeys_);
         if (fullBandKeys_ > 0) bandLimits_.push_back(fullBandKeys_);
@@ -1630,14 +1633,6 @@ private:
         for (std::size_t i = 0; i < bandLimits_.size(); ++i)
             if (bandLimits_[i] == bound) return static_cast<int>(i) + 1;
         return 0;
-    }
-    // The largest KV capacity of a full layer (0 without full layers).
-    int fullLayerCapacity() const {
-        int capacity = 0;
-        for (int l = 0; l < config_.numLayers; ++l)
-            if (config_.layers[l].type != LayerType::Sliding && !caches_.empty())
-                capacity = std::max(capacity, static_cast<int>(caches_[config_.layers[l].kvSourceLayer].capacity));
-        return capacity;
     }
     // Whether layer l's decode attention is one launch (fused split kernel or cluster form).
     bool oneLaunchAttentionFor(int l, int rows) const { return fusedAttentionFor(l, rows) || clusterAttentionFor(l, rows); }

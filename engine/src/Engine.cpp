@@ -449,9 +449,6 @@ private:
         return Status::ok();
     }
 
-public:
-
-private:
     std::unique_ptr<Package> package_;
     std::unique_ptr<ModelWeights> weights_;
     Tokenizer tokenizer_;
