@@ -299,7 +299,8 @@ public:
                                                                         std::to_string(clusterFullKeys_) + " keys"
                                                                   : std::string{})
                                    : std::string{}) +
-               (fullBandKeys_ > 0 ? ", full-layer pieces split for " + std::to_string(fullBandKeys_) + " keys up to that band" : std::string{}) +
+               (fullBandLimit() > 0 ? ", full-layer pieces split for " + std::to_string(fullBandLimit()) + " keys up to that band (at larger allocations)"
+                                    : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
                (greedyStatus_.empty() ? std::string{} : ", greedy chain " + greedyStatus_) +
@@ -1613,14 +1614,23 @@ private:
     // A full layer's cache holds the whole allocation (kvCacheSlots), so the pieces' limit counts
     // only below it.
     void chooseBandForms(int allocation) {
-        const bool fullLayers = std::any_of(config_.layers.begin(), config_.layers.end(),
-                                            [](const LayerGeometry& g) { return g.type != LayerType::Sliding; });
-        fullBandKeys_ = fullLayers && fullBandKeysOption_ > 0 && fullBandKeysOption_ < allocation ? fullBandKeysOption_ : 0;
+        const int limit = fullBandLimit();
+        fullBandKeys_ = limit > 0 && limit < allocation ? limit : 0;
         bandLimits_.clear();
         if (clusterShortLayers_ > 0 && clusterFullKeys_ > 0) bandLimits_.push_back(clusterFullKeys_);
         if (fullBandKeys_ > 0) bandLimits_.push_back(fullBandKeys_);
         std::sort(bandLimits_.begin(), bandLimits_.end());
         bandLimits_.erase(std::unique(bandLimits_.begin(), bandLimits_.end()), bandLimits_.end());
+    }
+    // The pieces' band limit of OpenOptions::fullAttentionBandKeys (0 where the model has no full
+    // layer, or the option says never); in force at allocations above it (chooseBandForms). The
+    // backend's description states it whatever the allocation, as one description covers a
+    // benchmark's sweep.
+    int fullBandLimit() const {
+        const bool fullLayers = std::any_of(config_.layers.begin(), config_.layers.end(),
+                                            [](const LayerGeometry& g) { return g.type != LayerType::Sliding; });
+        if (!fullLayers) return 0;
+        return fullBandKeysOption_ < 0 ? kc::kFullAttentionBandKeys : fullBandKeysOption_;
     }
     int bandBoundAt(int position) const {
         for (const int limit : bandLimits_)
@@ -1782,7 +1792,7 @@ private:
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
-    int fullBandKeysOption_ = 0;      // OpenOptions::fullAttentionBandKeys
+    int fullBandKeysOption_ = -1;     // OpenOptions::fullAttentionBandKeys
     int fullBandKeys_ = 0;            // the pieces' band limit in force (chooseBandForms; 0: none)
     std::vector<int> bandLimits_;     // ascending (chooseBandForms)
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.

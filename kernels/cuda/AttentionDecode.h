@@ -114,6 +114,12 @@ inline constexpr bool clusterHeadSplitPays(int headDim, int group) { return clus
 // PERFORMANCE.md version 20): the two cross near 190 keys for groups of 8 (e2b 186, 31b 220) and
 // near 510 for groups of 4 (e4b); 1536 / group stays below both.
 inline constexpr int clusterFullBandKeys(int headDim, int group) { return headDim == 512 && group >= 1 && group <= 8 ? 1536 / group : 0; }
+// The band (keys) up to which a full layer's decode attention pieces are split as for a cache of
+// this many keys rather than the cache's capacity (OpenOptions::fullAttentionBandKeys's default).
+// A 4096-key cache's split count (64 pieces) is what the 12b's full layers run best at short
+// bands; at 32K a capacity-sized grid launches 132 pieces, most of them empty, and decodes
+// 1.7-2.0 % slower at positions 100-227 (H200, docs/PERFORMANCE.md version 21 step 1).
+inline constexpr int kFullAttentionBandKeys = 4096;
 
 // The largest query-heads-per-KV-head group the decode step fuses (AttentionDecode.cu, "Fusions").
 inline constexpr int kFusedAttentionMaxGroup = 4;

@@ -227,8 +227,8 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
     const std::string shortBandLine = backendLine(shortBand);
     EXPECT_EQ(shortBandLine.find("full layers up to 64 keys") != std::string::npos, major >= 9) << shortBandLine;
-    // Three band forms (OpenOptions::fullAttentionBandKeys, an experiment, beside a cluster limit
-    // below it): decode positions 40-47 in the cluster form (sm_90+), 48-63 with the full layers'
+    // Three band forms (OpenOptions::fullAttentionBandKeys, whose default 4096 is above this
+    // allocation, here beside a cluster limit below it): decode positions 40-47 in the cluster form (sm_90+), 48-63 with the full layers'
     // pieces split for 64 keys instead of the 512-position allocation, 64-79 in the default form;
     // per step here and as three segments of the device chain.
     const auto threeBands = [](gemma::OpenOptions& o) {

@@ -217,11 +217,12 @@ struct OpenOptions {
     // CUDA: while the band is at most this many keys, the full layers' decode attention pieces
     // (tensor cores) are split for a band of this many keys instead of the cache's capacity: at
     // a 32K allocation and a short band the pieces otherwise launch 132 splits, most of them empty,
-    // which occupy every SM (docs/PERFORMANCE.md version 20 step 5: 12b decodes 1.7-2.0 % slower
-    // at 32K than at 4K). The step then has one more band form (its own graphs, captured and
-    // self-checked on first use; a greedy chain crossing it runs as segments). 0 (default): never.
-    // An experiment, not yet run on a GPU (version 20 step 6).
-    int fullAttentionBandKeys = 0;
+    // which occupy every SM. The step then has one more band form (its own graphs, captured and
+    // self-checked on first use; a greedy chain crossing it runs as segments); allocations of at
+    // most this many keys have no such form. -1 (default): kernels::kFullAttentionBandKeys (4096;
+    // 12b at 32K decodes 2.1 % faster at positions 100-227, within 0.3 % of 4K, docs/
+    // PERFORMANCE.md version 21 step 1); 0: never; N: up to N keys.
+    int fullAttentionBandKeys = -1;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
