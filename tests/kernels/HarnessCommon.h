@@ -65,6 +65,26 @@ inline bool quickMode() {
     return q && q[0] == '1';
 }
 
+// GEMMA_HARNESS_SHARD=i/n (0 <= i < n): a harness runs only the cases whose running number
+// (the order take() is called in) is i modulo n, so a sanitizer's slow run of one harness splits
+// over n processes and every case runs in exactly one of them. Unset or malformed: every case.
+class Shard {
+public:
+    Shard() {
+        const char* s = std::getenv("GEMMA_HARNESS_SHARD");
+        int index = 0, count = 0;
+        if (s && std::sscanf(s, "%d/%d", &index, &count) == 2 && count > 0 && index >= 0 && index < count) {
+            index_ = index;
+            count_ = count;
+            std::printf("shard %d of %d\n", index, count);
+        }
+    }
+    bool take() { return counter_++ % count_ == index_; }
+
+private:
+    int index_ = 0, count_ = 1, counter_ = 0;
+};
+
 inline std::uint64_t seedFromEnv() {
     const char* s = std::getenv("GEMMA_SEED");
     std::uint64_t seed;
