@@ -188,6 +188,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
+          fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
@@ -292,6 +293,7 @@ public:
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
+               (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
@@ -872,8 +874,13 @@ private:
 
     Status allocateAttentionWorkspace() {
         std::size_t bytes = 16;
-        for (int l = 0; l < config_.numLayers; ++l)
+        for (int l = 0; l < config_.numLayers; ++l) {
             for (int rows : {1, kChunk, chunkRows_}) bytes = std::max(bytes, kc::attentionDecodeWorkspaceBytes(attentionParams(l, rows)));
+            // The pieces with the norm + RoPE inside are another kernel instance, whose occupancy
+            // (and so split count) could differ from the plain pieces'.
+            if (fusedPiecesNormRope_ && attentionParams(l, 1).tensorCores)
+                bytes = std::max(bytes, kc::attentionDecodeWorkspaceBytes(piecesNormRopeParams(l)));
+        }
         // Zeroed: its first 1 KB are the fused merge's counters (AttentionDecodeParams::workspace).
         if (bytes > attentionWorkspace_.bytes()) GEMMA_RETURN_IF_ERROR(attentionWorkspace_.allocateZeroed(bytes, "attention workspace"));
         return Status::ok();
@@ -1679,6 +1686,20 @@ private:
         return p;
     }
 
+    // Whether layer l's attention on `rows` runs on the tensor-core pieces with the q/k/v norm +
+    // RoPE and the cache write inside (OpenOptions::fusedPiecesNormRope): a decode row whose
+    // attention is the pieces (not one launch: the fused split kernel or the cluster form).
+    bool fusedPiecesFor(int l, int rows) const {
+        return fusedPiecesNormRope_ && rows == 1 && !oneLaunchAttentionFor(l, rows) && attentionParams(l, rows).tensorCores;
+    }
+    // That launch: the pieces over the raw q, k and v, then the merge kernel.
+    kc::AttentionDecodeParams piecesNormRopeParams(int l) const {
+        kc::AttentionDecodeParams d = attentionParams(l, 1);
+        d.fuseNormRope = true;
+        d.normRope = normRopeParams(l, 1);
+        return d;
+    }
+
     // Attention of layer l over normed, rotated q and the cache.
     Status attention(int l, int rows) {
         if (rows > 1 && gemmMinRows_ > 0 && rows >= gemmMinRows_) {
@@ -1705,9 +1726,14 @@ private:
             if (g.hasValueProjection) kv[kvCount++] = {&w.v, value_.as<float>(), kvWidth_};
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
+        const bool piecesNormRope = fusedPiecesFor(l, rows);
         {
             Timed timed(*this, stats, Bucket::Attention);
-            if (oneLaunchAttentionFor(l, rows)) {
+            if (piecesNormRope) {
+                // Two launches: the tensor-core pieces with the norm + RoPE and the cache write
+                // inside (AttentionPrefill.cu, "Fused norm + RoPE"), then the merge.
+                GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(piecesNormRopeParams(l), stream_), "attention"));
+            } else if (oneLaunchAttentionFor(l, rows)) {
                 // One launch: norm + RoPE + cache write, split and merge (AttentionDecode.cu, "Fusions").
                 kc::AttentionDecodeParams d = attentionParams(l, rows);
                 d.fuseNormRope = true;
@@ -1721,7 +1747,7 @@ private:
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(normRopeParams(l, rows), stream_), "q/k/v norm + RoPE"));
             }
         }
-        if (!oneLaunchAttentionFor(l, rows)) {
+        if (!oneLaunchAttentionFor(l, rows) && !piecesNormRope) {
             Timed timed(*this, stats, Bucket::Attention);
             GEMMA_RETURN_IF_ERROR(attention(l, rows));
         }
@@ -1789,6 +1815,7 @@ private:
     bool clusterAttention_ = true;
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
+    bool fusedPiecesNormRope_ = false;  // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)

@@ -35,11 +35,13 @@
 // (H200: 74 µs per layer instead of 27, docs/PERFORMANCE.md version 6); the CUDA backend fuses
 // layers with at most kFusedAttentionMaxGroup query heads per KV head.
 //
-// Tensor-core form (AttentionDecodeParams::tensorCores, one row, no fusions): the pieces run on
-// the prefill's flash-attention kernel (AttentionPrefill.cu, "Key splits": fp16 operands, fp32
+// Tensor-core form (AttentionDecodeParams::tensorCores, one row, no fused merge): the pieces run
+// on the prefill's flash-attention kernel (AttentionPrefill.cu, "Key splits": fp16 operands, fp32
 // softmax), which writes the same partials; the merge kernel is unchanged. Its pieces are whole
 // tiles of 16–64 keys (the CUDA-core kernel's tile is 4 keys at d 512 with an fp32 cache), so a
-// full layer at depth streams its band instead of waiting on a chain of small tiles.
+// full layer at depth streams its band instead of waiting on a chain of small tiles. With
+// fuseNormRope the pieces normalise and rotate q and k, normalise v and write the cache row
+// themselves (AttentionPrefill.cu, "Fused norm + RoPE").
 //
 // Layouts: q/out [rows][stride] fp32, head h at h·headDim; caches [capacity][kvHeads][headDim]
 // (fp32 or bf16 bits), row r's cache at r·cacheBatchStride elements.
@@ -1012,15 +1014,11 @@ inline cudaError_t launchCluster(const AttentionDecodeParams& p, int size, int d
     return withClusterInstance(p, [&]<int D, typename KvT, int G>() { return launchClusterTyped<D, KvT, G>(p, size, device, stream); });
 }
 
-// Whether p.normRope describes the launch it is fused into (AttentionDecodeParams::fuseNormRope).
+// Whether p.normRope describes the launch it is fused into (AttentionDecodeParams::fuseNormRope):
+// the prefill form's conditions, and the same cache batch stride.
 inline bool normRopeDescribes(const AttentionDecodeParams& p) {
     const QkvNormRopeParams& r = p.normRope;
-    if (r.q != p.q || !r.qNormWeight || r.positions != p.positions || r.qHeads != p.qHeads || r.headDim != p.headDim ||
-        r.rows != 1 || r.qStride != p.qStride || r.rotatedPairs < 0 || r.rotatedPairs > p.headDim / 2 ||
-        (r.rotatedPairs > 0 && !r.invFreq))
-        return false;
-    return !r.k || (r.v && r.kNormWeight && r.kCache == p.kCache && r.vCache == p.vCache && r.kvDtype == p.kvDtype &&
-                    r.capacity == p.capacity && r.kvHeads == p.kvHeads && r.cacheBatchStride == p.cacheBatchStride);
+    return cuda::normRopeDescribes(r, attentionPrefillForm(p)) && (!r.k || r.cacheBatchStride == p.cacheBatchStride);
 }
 
 }  // namespace attndetail
@@ -1042,6 +1040,8 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.scale = p.scale;
     f.out = p.out;
     f.outStride = p.outStride;
+    f.fuseNormRope = p.fuseNormRope;
+    f.normRope = p.normRope;
     return f;
 }
 
@@ -1089,7 +1089,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         return launchStatus(launchCluster(p, size, facts.device, stream));
     }
     if (p.tensorCores) {
-        if (p.rows != 1 || p.fuseNormRope || p.fuseMerge) return KernelStatus::InvalidArgument;
+        if (p.rows != 1 || p.fuseMerge || (p.fuseNormRope && !normRopeDescribes(p))) return KernelStatus::InvalidArgument;
         const int splits = chooseSplits(p, facts);
         if (splits < 1) return KernelStatus::Unsupported;
         if (p.workspaceBytes < workspaceBytesFor(p, splits)) return KernelStatus::InvalidArgument;

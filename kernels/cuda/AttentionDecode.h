@@ -48,7 +48,8 @@ struct AttentionDecodeParams {
     bool programmaticLaunch = false;
 
     // Fusions for one decode row (rows == 1), each optional (AttentionDecode.cu, "Fusions"):
-    // fuseNormRope: launchQkvNormRope's work runs inside the split kernel. q is then the raw
+    // fuseNormRope: launchQkvNormRope's work runs inside the split kernel (the CUDA-core one, the
+    // cluster form's, or with tensorCores the pieces: AttentionPrefill.cu). q is then the raw
     // projection (normRope.q must equal it; normRope.qOut is not written); every block normalises
     // and rotates its group's query heads into shared memory, and the block whose piece holds the
     // query's position writes that position's K and V (normRope.k null: a KV-shared layer,
@@ -61,14 +62,17 @@ struct AttentionDecodeParams {
     // it for small groups only (kFusedAttentionMaxGroup).
     bool fuseMerge = false;
 
-    // Tensor cores for one decode row (rows == 1, no fusions; the CUDA backend sets it for its full
-    // layers, OpenOptions::tensorCoreAttention): the split kernel is the prefill's
+    // Tensor cores for one decode row (rows == 1, not with fuseMerge; the CUDA backend sets it for
+    // its full layers, OpenOptions::tensorCoreAttention): the split kernel is the prefill's
     // flash-attention kernel over pieces of the band (AttentionPrefillParams::splits: mma.sync with
     // q, K, V and P rounded to fp16, fp32 softmax and accumulation; AttentionPrefill.cu states the
     // error, ~1e-3 of max|out|), then the same merge. The CUDA-core split kernel is issue-bound
     // on large groups at depth (a 12b full layer, 16 heads on one kv head, d 512: 160 µs at 32K
     // keys on an H200, docs/PERFORMANCE.md version 7); the tensor-core pieces read the band at
-    // the memory's pace. Requires |q|, |K|, |V| < 65504.
+    // the memory's pace. Requires |q|, |K|, |V| < 65504. With fuseNormRope the pieces do the norm
+    // + RoPE and the cache write themselves (AttentionPrefillParams::fuseNormRope; q, K and V
+    // rounded to fp16 as without it: meant to give the same bits as launchQkvNormRope before the
+    // pieces, which test_attention checks).
     bool tensorCores = false;
 
     // Thread-block clusters for one decode row (rows == 1, sm_90+, at most

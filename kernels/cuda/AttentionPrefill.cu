@@ -61,6 +61,25 @@
 // partials (O, m, l) in AttentionDecode.cu's layout, whose merge kernel combines them. Used by
 // launchAttentionDecode with AttentionDecodeParams::tensorCores (docs/PERFORMANCE.md version 8).
 //
+// ---- Fused norm + RoPE (AttentionPrefillParams::fuseNormRope; one decode row) ------------------
+// The decode step's q/k/v norm + RoPE + cache write (NormRopeCache.cu) inside the pieces' launch,
+// as the CUDA-core split kernel does it (AttentionDecode.cu, "Fusions"): one launch less per layer
+// (docs/PERFORMANCE.md, "Next levers" 3; an experiment, not yet run on a GPU). A separate instance
+// of the kernel (template flag): the prefill's instance does none of it. After the dependency wait
+// every block with keys in its piece runs headNormRope (HeadNormRope.h, the norm kernel's code: the
+// same fp32 bits) over its tile's query heads, one warp per head, and stores them as fp16 into its
+// K/V tile area (the same rounding as the fp32 → fp16 q fragments of the unfused kernel, so the two
+// should give the same bits: test_attention checks it); the fragments are read from there once the
+// block's barrier has passed, and a second barrier frees the area for the first K tile. The blocks
+// whose piece holds the query's position (the last non-empty piece; one per kv head and query tile)
+// also normalise and rotate that position's K, normalise its V and write both into the cache slot
+// (storeKv: the norm kernel's rounding), in the same round of warps. The tile loads read the cache
+// with cp.async (non-bulk: generic-proxy reads by the issuing thread, not TMA, so no proxy fence),
+// issued only after the block barrier that follows the writes, so the block reads the row it wrote;
+// no other piece holds that slot (it holds position p − capacity, outside every band). With several
+// query tiles per kv head (groups above the tile's rows) each tile's block writes the row, the same
+// bits. Nothing writes q: other blocks read it raw.
+//
 // ---- Numerics ----------------------------------------------------------------------------------
 // q, K and V are rounded to fp16 (11-bit significand) when staged: they are RMS-normed values,
 // far inside fp16's range (|x| < 65504 is a precondition; bf16 caches convert exactly unless a
@@ -73,7 +92,8 @@
 // Layouts: q [rows][qStride] fp32 (head h at h·headDim), out [rows][outStride] fp32; caches
 // [capacity][kvHeads][headDim] (fp32 or bf16 bits), one sequence (all rows share the cache).
 // Preconditions (checked): headDim ∈ {32, 64, 128, 256, 512}; qHeads % kvHeads == 0;
-// ceil(rows·g / BM) <= 65535; q and out 8-byte aligned, strides even; caches 16-byte aligned.
+// ceil(rows·g / BM) <= 65535; q and out 8-byte aligned, strides even; caches 16-byte aligned;
+// fuseNormRope: one row and a normRope that describes the launch (normRopeDescribes).
 // Not checkable on the host: 0 <= positions[r] < 2^31 − 64 (a negative position gives an empty
 // band: NaN output, as the decode kernel), and the caller's capacity guarantee.
 #include "AttentionPrefill.h"
@@ -84,6 +104,7 @@
 #include <cmath>
 
 #include "CudaCommon.h"
+#include "HeadNormRope.h"
 
 namespace gemma::cuda {
 namespace prefilldetail {
@@ -208,10 +229,32 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
     }
 }
 
+// The band [lo, hi] of the query at `pos` (empty: lo > hi); with p.splits > 1 (one row) only
+// piece `piece` of it: the band cut into p.splits pieces of whole BN-key tiles from its start
+// (empty past the band's end).
+template <int BN>
+__device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int pos, unsigned piece, int& lo, int& hi) {
+    const long long len = static_cast<long long>(pos) + 1;
+    long long first = 0;
+    if (p.window > 0 && len - p.window > first) first = len - p.window;
+    if (len - p.capacity > first) first = len - p.capacity;
+    lo = static_cast<int>(first);
+    hi = pos;  // pos < 0: empty band, NaN output
+    if (p.splits > 1) {
+        const long long n = static_cast<long long>(hi) - lo + 1;
+        const long long length = n > 0 ? ((n + p.splits - 1) / p.splits + BN - 1) / BN * BN : 0;
+        const long long pieceLo = lo + length * piece;
+        const long long pieceHi = pieceLo + length - 1 < hi ? pieceLo + length - 1 : hi;
+        lo = pieceLo <= pieceHi ? static_cast<int>(pieceLo) : 1;
+        hi = pieceLo <= pieceHi ? static_cast<int>(pieceHi) : 0;
+    }
+}
+
 // ---- kernel ----------------------------------------------------------------------------------------
 // cap32 = min(capacity, INT_MAX) (positions are int, so the slot arithmetic fits 32 bits);
 // stages = raw ring depth (1..kMaxStages), shared memory = sharedBytes<D, KvT>(stages).
-template <int D, typename KvT>
+// kFusedNormRope: p.fuseNormRope (validated: one row), "Fused norm + RoPE" above.
+template <int D, typename KvT, bool kFusedNormRope>
 __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     attentionPrefillKernel(const AttentionPrefillParams p, const int cap32, const int stages) {
     using Sh = Shape<D>;
@@ -276,23 +319,8 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         if (rowOk[i]) {
             const int r = m / G;
             const int h = kvh * G + (m - r * G);
-            const int pos = p.positions[r];
-            const long long len = static_cast<long long>(pos) + 1;
-            long long first = 0;
-            if (p.window > 0 && len - p.window > first) first = len - p.window;
-            if (len - p.capacity > first) first = len - p.capacity;
-            lo[i] = static_cast<int>(first);
-            hi[i] = pos;  // pos < 0: empty band, NaN output
-            if (p.splits > 1) {
-                // One row (validated): its band cut into splits pieces of whole tiles from the
-                // start; this block attends to piece blockIdx.z only (empty past the band's end).
-                const long long n = static_cast<long long>(hi[i]) - lo[i] + 1;
-                const long long piece = n > 0 ? ((n + p.splits - 1) / p.splits + BN - 1) / BN * BN : 0;
-                const long long pieceLo = lo[i] + piece * blockIdx.z;
-                const long long pieceHi = pieceLo + piece - 1 < hi[i] ? pieceLo + piece - 1 : hi[i];
-                lo[i] = pieceLo <= pieceHi ? static_cast<int>(pieceLo) : 1;
-                hi[i] = pieceLo <= pieceHi ? static_cast<int>(pieceHi) : 0;
-            }
+            // With splits > 1 (one row, validated) this block attends to piece blockIdx.z only.
+            bandPiece<BN>(p, p.positions[r], blockIdx.z, lo[i], hi[i]);
             qRow[i] = p.q + r * p.qStride + static_cast<long long>(h) * D;
             oRow[i] = p.out + r * p.outStride + static_cast<long long>(h) * D;
             if (lo[i] <= hi[i]) {
@@ -315,20 +343,64 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         hullScratch[2 * warp + 1] = hullHi;
     }
 
+    // ---- fused norm + RoPE (one decode row): this tile's query heads, fp16, into the K/V tile
+    // area (row m − mTile·kRows at kPitch halves: the fragment reads below are conflict-free), and
+    // in the blocks whose piece holds the query's position its K and V into the cache.
+    [[maybe_unused]] __half* const qStaged = kTile;  // the K/V tiles are first written after the fragments are read
+    if constexpr (kFusedNormRope) {
+        static_assert(Sh::kRows * kPitch * 2 <= Sh::kKvBytes, "the staged q fits the K/V tile area");
+        constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
+        const QkvNormRopeParams& r = p.normRope;
+        const int pos = p.positions[0];
+        int pieceLo, pieceHi;
+        bandPiece<BN>(p, pos, blockIdx.z, pieceLo, pieceHi);
+        if (pieceLo <= pieceHi) {  // block-uniform; a piece without keys needs no q
+            // Tasks, one warp each: K and V of the query's position (when this piece holds it, the
+            // last of its band), then the tile's query heads.
+            const int cacheTasks = r.k && pieceHi == pos ? 2 : 0;
+            const int tileHeads = min(Sh::kRows, mTotal - mTile * Sh::kRows);
+            for (int task = warp; task < cacheTasks + tileHeads; task += Sh::kWarps) {
+                const bool query = task >= cacheTasks;
+                const bool key = !query && task == 0;
+                const int head = task - cacheTasks;  // query tasks: the head's row in the tile
+                const float* src = query ? p.q + static_cast<long long>(kvh * G + mTile * Sh::kRows + head) * D
+                                         : (key ? r.k : r.v) + static_cast<long long>(kvh) * D;
+                float a[kPairs], b[kPairs];
+                headNormRope(src, query ? r.qNormWeight : key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, query || key, pos, D,
+                             r.eps, a, b);
+                if (query) {
+                    // The unfused kernel's packHalf2 of the same fp32 values: the same bits.
+                    __half* row = qStaged + head * kPitch;
+                    storeHead(D, a, b, [&](int j, float v) { row[j] = __float2half_rn(v); });
+                } else {
+                    void* cache = key ? r.kCache : r.vCache;
+                    const long long at = (static_cast<long long>(pos) % r.capacity * r.kvHeads + kvh) * D;
+                    storeHead(D, a, b, [&](int j, float v) { storeKv(cache, r.kvDtype, at + j, v); });
+                    // The block's tile loads read this row after the barrier below (cp.async: generic-
+                    // proxy reads by the issuing threads, ordered after the barrier at block scope).
+                    __threadfence_block();
+                }
+            }
+        }
+    }
+
     // ---- q fragments (fp16, registers): rows grp / grp+8, this warp's dims -------------------------
+    // (Fused: read from the staged heads once the barrier below has passed.)
     std::uint32_t qf[kDimSteps][4];
+    if constexpr (!kFusedNormRope) {
 #pragma unroll
-    for (int ks = 0; ks < kDimSteps; ++ks) {
-        const int d = dBase + ks * 16 + 2 * tig;
-        const float2 zero = make_float2(0.0f, 0.0f);
-        const float2 a0 = rowOk[0] ? __ldg(reinterpret_cast<const float2*>(qRow[0] + d)) : zero;
-        const float2 a1 = rowOk[1] ? __ldg(reinterpret_cast<const float2*>(qRow[1] + d)) : zero;
-        const float2 a2 = rowOk[0] ? __ldg(reinterpret_cast<const float2*>(qRow[0] + d + 8)) : zero;
-        const float2 a3 = rowOk[1] ? __ldg(reinterpret_cast<const float2*>(qRow[1] + d + 8)) : zero;
-        qf[ks][0] = packHalf2(a0.x, a0.y);
-        qf[ks][1] = packHalf2(a1.x, a1.y);
-        qf[ks][2] = packHalf2(a2.x, a2.y);
-        qf[ks][3] = packHalf2(a3.x, a3.y);
+        for (int ks = 0; ks < kDimSteps; ++ks) {
+            const int d = dBase + ks * 16 + 2 * tig;
+            const float2 zero = make_float2(0.0f, 0.0f);
+            const float2 a0 = rowOk[0] ? __ldg(reinterpret_cast<const float2*>(qRow[0] + d)) : zero;
+            const float2 a1 = rowOk[1] ? __ldg(reinterpret_cast<const float2*>(qRow[1] + d)) : zero;
+            const float2 a2 = rowOk[0] ? __ldg(reinterpret_cast<const float2*>(qRow[0] + d + 8)) : zero;
+            const float2 a3 = rowOk[1] ? __ldg(reinterpret_cast<const float2*>(qRow[1] + d + 8)) : zero;
+            qf[ks][0] = packHalf2(a0.x, a0.y);
+            qf[ks][1] = packHalf2(a1.x, a1.y);
+            qf[ks][2] = packHalf2(a2.x, a2.y);
+            qf[ks][3] = packHalf2(a3.x, a3.y);
+        }
     }
 
     float o[kDimTiles8][4];
@@ -338,7 +410,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     float lRun[2] = {0.0f, 0.0f};            // this lane's share of the running sum (quad-summed at the end)
     const float scaleLog2 = p.scale * 1.4426950408889634f;
 
-    __syncthreads();  // hull scratch complete
+    __syncthreads();  // hull scratch complete (fused: also the staged q and the cache row written)
     int kLo = INT_MAX, kHi = INT_MIN;
 #pragma unroll
     for (int w = 0; w < Sh::kWarps; ++w) {
@@ -399,6 +471,19 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
 
     if (nTiles > 0) {
         for (int s = 0; s < stages; ++s) issue(s, s);
+        if constexpr (kFusedNormRope) {
+            // The staged heads as this warp's fragments (padded rows: zero, as unfused).
+            const std::uint32_t* row0 = reinterpret_cast<const std::uint32_t*>(qStaged + (wm * 16 + grp) * kPitch + dBase + 2 * tig);
+            const std::uint32_t* row1 = row0 + 8 * kPitch / 2;
+#pragma unroll
+            for (int ks = 0; ks < kDimSteps; ++ks) {
+                qf[ks][0] = rowOk[0] ? row0[ks * 8] : 0u;
+                qf[ks][1] = rowOk[1] ? row1[ks * 8] : 0u;
+                qf[ks][2] = rowOk[0] ? row0[ks * 8 + 4] : 0u;
+                qf[ks][3] = rowOk[1] ? row1[ks * 8 + 4] : 0u;
+            }
+            __syncthreads();  // every warp holds its q: the first K tile may overwrite the staged heads
+        }
         step(0);  // K tile 0
         for (int t = 0; t < nTiles; ++t) {
             __syncthreads();  // (A) K(t) visible; P·V(t−1) done everywhere → V tile free
@@ -589,14 +674,14 @@ inline bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p
 // Staging depth for one instantiation on one device, cached per host thread: the depth that
 // maximises blocks/SM × stages (cp.async tiles in flight per SM), ties to more blocks. Occupancy
 // comes from the runtime, so registers and the device's shared memory both count.
-template <int D, typename KvT>
+template <int D, typename KvT, bool kFusedNormRope>
 KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
     thread_local Plan cached;
     if (cached.device == facts.device) {
         out = cached;
         return KernelStatus::Ok;
     }
-    const auto kernel = attentionPrefillKernel<D, KvT>;
+    const auto kernel = attentionPrefillKernel<D, KvT, kFusedNormRope>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              facts.maxSharedPerBlockOptin) != cudaSuccess)
         return KernelStatus::LaunchFailed;
@@ -642,19 +727,26 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     if (p.splits < 1 || p.splits > 65535) return KernelStatus::InvalidArgument;
     if (p.splits > 1 && (p.rows != 1 || !p.partO || !p.partML || !aligned8(p.partO) || !aligned8(p.partML)))
         return KernelStatus::InvalidArgument;
+    if (p.fuseNormRope && (p.rows != 1 || !normRopeDescribes(p.normRope, p))) return KernelStatus::InvalidArgument;
     return KernelStatus::Ok;
 }
 
-// Calls f.template operator()<D, KvT>() for the parameters' head dim and cache dtype.
+// Calls f.template operator()<D, KvT, kFusedNormRope>() for the parameters' head dim, cache dtype
+// and fuseNormRope.
 template <typename F>
 KernelStatus dispatch(const AttentionPrefillParams& p, F&& f) {
-    const bool bf16 = p.kvDtype == KvDtype::BF16;
+    const auto forDim = [&]<int D>() {
+        const bool bf16 = p.kvDtype == KvDtype::BF16;
+        if (p.fuseNormRope)
+            return bf16 ? f.template operator()<D, std::uint16_t, true>() : f.template operator()<D, float, true>();
+        return bf16 ? f.template operator()<D, std::uint16_t, false>() : f.template operator()<D, float, false>();
+    };
     switch (p.headDim) {
-        case 32: return bf16 ? f.template operator()<32, std::uint16_t>() : f.template operator()<32, float>();
-        case 64: return bf16 ? f.template operator()<64, std::uint16_t>() : f.template operator()<64, float>();
-        case 128: return bf16 ? f.template operator()<128, std::uint16_t>() : f.template operator()<128, float>();
-        case 256: return bf16 ? f.template operator()<256, std::uint16_t>() : f.template operator()<256, float>();
-        case 512: return bf16 ? f.template operator()<512, std::uint16_t>() : f.template operator()<512, float>();
+        case 32: return forDim.template operator()<32>();
+        case 64: return forDim.template operator()<64>();
+        case 128: return forDim.template operator()<128>();
+        case 256: return forDim.template operator()<256>();
+        case 512: return forDim.template operator()<512>();
         default: return KernelStatus::Unsupported;
     }
 }
@@ -680,20 +772,29 @@ KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     if (valid != KernelStatus::Ok) return valid;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-    return dispatch(p, [&]<int D, typename KvT>() {
+    return dispatch(p, [&]<int D, typename KvT, bool kFusedNormRope>() {
         Plan pl;
-        const KernelStatus st = planFor<D, KvT>(facts, pl);
+        const KernelStatus st = planFor<D, KvT, kFusedNormRope>(facts, pl);
         if (st != KernelStatus::Ok) return st;
         dim3 grid;
         if (!gridFor<D>(p, grid)) return KernelStatus::Unsupported;
-        return f.template operator()<D, KvT>(pl, grid);
+        return f.template operator()<D, KvT, kFusedNormRope>(pl, grid);
     });
 }
 }  // namespace prefilldetail
 
+bool normRopeDescribes(const QkvNormRopeParams& r, const AttentionPrefillParams& p) {
+    if (r.q != p.q || !r.qNormWeight || r.positions != p.positions || r.qHeads != p.qHeads || r.headDim != p.headDim ||
+        r.rows != 1 || r.qStride != p.qStride || r.rotatedPairs < 0 || r.rotatedPairs > p.headDim / 2 ||
+        (r.rotatedPairs > 0 && !r.invFreq))
+        return false;
+    return !r.k || (r.v && r.kNormWeight && r.kCache == p.kCache && r.vCache == p.vCache && r.kvDtype == p.kvDtype &&
+                    r.capacity == p.capacity && r.kvHeads == p.kvHeads);
+}
+
 KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPrefillPlan& plan) {
     using namespace prefilldetail;
-    return withLaunchShape(p, [&]<int D, typename KvT>(const Plan& pl, dim3 grid) {
+    return withLaunchShape(p, [&]<int D, typename KvT, bool>(const Plan& pl, dim3 grid) {
         plan.threads = Shape<D>::kThreads;
         plan.rowsPerBlock = Shape<D>::kRows;
         plan.keysPerTile = Shape<D>::kKeys;
@@ -709,8 +810,8 @@ KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPref
 KernelStatus launchAttentionPrefill(const AttentionPrefillParams& p, cudaStream_t stream) {
     using namespace prefilldetail;
     const int cap32 = p.capacity > INT_MAX ? INT_MAX : static_cast<int>(p.capacity);
-    return withLaunchShape(p, [&]<int D, typename KvT>(const Plan& pl, dim3 grid) {
-        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
+    return withLaunchShape(p, [&]<int D, typename KvT, bool kFusedNormRope>(const Plan& pl, dim3 grid) {
+        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, kFusedNormRope>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
                                              p.programmaticLaunch, p, cap32, pl.stages);
         return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
     });

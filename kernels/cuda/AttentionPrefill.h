@@ -9,6 +9,7 @@
 
 #include "KernelStatus.h"
 #include "KvCache.h"
+#include "NormRopeCache.h"
 
 namespace gemma::cuda {
 
@@ -52,7 +53,22 @@ struct AttentionPrefillParams {
     // sm_90+: programmatic dependent launch (the kernel waits for the kernel before it before
     // reading anything). Ignored elsewhere.
     bool programmaticLaunch = false;
+    // The q/k/v norm + RoPE and the cache write inside the launch, for one decode row (rows == 1;
+    // AttentionDecodeParams::fuseNormRope with tensorCores, AttentionPrefill.cu "Fused norm +
+    // RoPE"): q is then the raw projection (normRope.q must equal it; nothing writes q), every
+    // block normalises and rotates its tile's query heads from it, and the blocks whose piece holds
+    // the query's position normalise and rotate that position's K, normalise its V and write both
+    // into the cache (normRope.k null: a KV-shared layer, nothing written) before they read the
+    // cache. normRope's caches, dtype, capacity, heads, head dim and positions must be this
+    // launch's (normRopeDescribes). A separate instance of the kernel: the prefill's is unchanged.
+    bool fuseNormRope = false;
+    QkvNormRopeParams normRope;
 };
+
+// Whether r describes the norm + RoPE fused into a launch of p (AttentionPrefillParams::
+// fuseNormRope): the same raw q, positions, heads, head dim and, when r writes the cache, the same
+// caches, dtype and capacity; one row.
+bool normRopeDescribes(const QkvNormRopeParams& r, const AttentionPrefillParams& p);
 
 // The launch shape the launcher picks for these parameters on the current device (information
 // for harnesses and benchmarks; the launcher computes the same itself).

@@ -198,6 +198,28 @@ private:
     std::vector<Copy> copies_;
 };
 
+// ---- FP64 references shared by harnesses ------------------------------------------------------------
+// RMSNorm of one head (w null: unweighted) and its half-split RoPE for pairs j < rotatedPairs, over
+// the same fp32 inputs as NormRopeCache.cu; the angle is float(invFreq[j]·float(pos)) as
+// transformers computes it (and the kernels), cos/sin in double.
+inline void normRef(const float* x, const float* w, int d, float eps, std::vector<double>& y) {
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += double(x[i]) * x[i];
+    const double inv = 1.0 / std::sqrt(ss / d + eps);
+    y.resize(d);
+    for (int i = 0; i < d; ++i) y[i] = x[i] * inv * (w ? w[i] : 1.0);
+}
+inline void ropeRef(std::vector<double>& y, const std::vector<float>& invFreq, int rotatedPairs, int pos) {
+    const int half = static_cast<int>(y.size() / 2);
+    for (int j = 0; j < rotatedPairs; ++j) {
+        const float angle = invFreq[j] * static_cast<float>(pos);
+        const double c = std::cos(static_cast<double>(angle)), s = std::sin(static_cast<double>(angle));
+        const double a = y[j], b = y[j + half];
+        y[j] = a * c - b * s;
+        y[j + half] = b * c + a * s;
+    }
+}
+
 // ---- comparison ----------------------------------------------------------------------------------
 struct Compare {
     double relErr = 0;   // ||out - ref||2 / ||ref||2

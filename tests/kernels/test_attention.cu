@@ -24,6 +24,14 @@
 //   head dims and odd groups); on the timed full-layer fixtures (e2b's and e4b's shapes) also the
 //   time of the engine's default form for full layers (norm + RoPE kernel, tensor-core pieces,
 //   merge kernel).
+// - the tensor-core pieces with the norm + RoPE inside (tensorCores + fuseNormRope) on every fused
+//   fixture: output and caches bit for bit against the norm + RoPE kernel before the same pieces
+//   and merge, the current slot NaN and the partials poisoned before each launch, the written K/V
+//   rows against the FP64 norm + RoPE, programmatic launch after delayed producers of each input,
+//   refusals; on the `pieces` fixtures (head dims 512, 256 and the goldens', groups 2, 8 and 16,
+//   the current position at position 0, at a piece's first and last key and inside a piece of a
+//   band over several, f32 and bf16, a KV-shared layer) also the output against an FP64 reference
+//   within the tensor-core tolerance.
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
@@ -257,6 +265,10 @@ struct FusedFixture {
     // Only for its timings (a longer band of a shape checked elsewhere): skipped in quick mode,
     // where the sanitizers run and racecheck over long bands outlasts its time limit.
     bool timingOnly = false;
+    // Norm weights drawn so that the scores spread as in the tensor-core fixtures (std ≈ 2, which
+    // the pieces' fp16 tolerance is for), and the pieces with the norm + RoPE inside checked
+    // against an FP64 reference too (every fixture checks them against the separate launches).
+    bool pieces = false;
 };
 
 void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std::vector<std::string>& perf) {
@@ -297,7 +309,9 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     const auto q = randoms(static_cast<std::size_t>(f.qHeads) * d, 3.0f);
     const auto k = randoms(static_cast<std::size_t>(slotElems), 3.0f);
     const auto v = randoms(static_cast<std::size_t>(slotElems), 3.0f);
-    const auto qw = randoms(static_cast<std::size_t>(d), 1.0f), kw = randoms(static_cast<std::size_t>(d), 1.0f);
+    // Scores q·k of normed heads: d terms of variance (weightScale²/3)², std sqrt(d)·weightScale²/3.
+    const float weightScale = f.pieces ? static_cast<float>(std::min(1.0, std::sqrt(6.0 / std::sqrt(static_cast<double>(d))))) : 1.0f;
+    const auto qw = randoms(static_cast<std::size_t>(d), weightScale), kw = randoms(static_cast<std::size_t>(d), weightScale);
     std::vector<float> freq(static_cast<std::size_t>(d / 2));
     for (int j = 0; j < d / 2; ++j) freq[static_cast<std::size_t>(j)] = std::pow(10000.0f, -2.0f * j / d);
 
@@ -357,32 +371,40 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     p.workspace = dws.ptr;
     p.workspaceBytes = wsBytes;
 
-    // Separate launches.
-    dq.upload(q);
-    dkc.upload(kBytes);
-    dvc.upload(vBytes);
-    dws.poison();
-    dout.poison();
-    HCHECK_STATUS(gc::launchQkvNormRope(r, nullptr));
-    HCHECK_STATUS(gc::launchAttentionDecode(p, nullptr));
-    HCHECK(cudaDeviceSynchronize());
-    const auto wantOut = dout.download();
+    // Separate launches: the norm + RoPE kernel (q in place), then `form`, on fresh raw inputs and
+    // caches, a poisoned output and workspace; the output (q left raw again).
+    const auto separateLaunches = [&](const gc::AttentionDecodeParams& form, DeviceBuffer<std::uint8_t>& workspace) {
+        dq.upload(q);
+        dk.upload(k);
+        dv.upload(v);
+        dkc.upload(kBytes);
+        dvc.upload(vBytes);
+        workspace.poison();
+        dout.poison();
+        HCHECK_STATUS(gc::launchQkvNormRope(r, nullptr));
+        HCHECK_STATUS(gc::launchAttentionDecode(form, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        dq.upload(q);
+        return dout.download();
+    };
+    const auto wantOut = separateLaunches(p, dws);
     const auto wantK = dkc.download(), wantV = dvc.download();
 
     // Fused, three launches (the counters must come back to zero each time; one in quick mode).
-    dq.upload(q);
     HCHECK(cudaMemset(dws.ptr, 0xFF, wsBytes));
     HCHECK(cudaMemset(dws.ptr, 0, 1024));  // the counters start at zero (the backend zeroes them once)
     p.fuseNormRope = true;
     p.normRope = r;
     p.fuseMerge = true;
     // Three launches of `form` (one in quick mode: the sanitizer runs) on fresh caches and a
-    // poisoned output: each output to `visit`, whether every launch left the caches equal to the
-    // separate launches'.
+    // poisoned output (and `prepare` run first): each output to `visit`, whether every launch left
+    // the caches equal to the separate launches'.
     const int launches = quickMode() ? 1 : 3;
-    auto repeatedLaunches = [&](const gc::AttentionDecodeParams& form, const std::function<void(const std::vector<float>&)>& visit) {
+    auto repeatedLaunches = [&](const gc::AttentionDecodeParams& form, const std::function<void(const std::vector<float>&)>& visit,
+                                const std::function<void()>& prepare = {}) {
         bool cachesSame = true;
         for (int launch = 0; launch < launches; ++launch) {
+            if (prepare) prepare();
             dkc.upload(kBytes);
             dvc.upload(vBytes);
             dout.poison();
@@ -514,6 +536,160 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         twoRows.rows = 2;
         report.addCheck("cluster " + f.name + ": two rows refused",
                         gc::launchAttentionDecode(twoRows, nullptr) == gc::KernelStatus::InvalidArgument, "");
+    }
+    // The tensor-core pieces with the norm + RoPE inside (tensorCores + fuseNormRope: the CUDA
+    // backend's full layers under OpenOptions::fusedPiecesNormRope), `launches` times on fresh
+    // caches (the current slot NaN), a poisoned output and poisoned partials: against the norm +
+    // RoPE kernel before the same pieces and merge, bit for bit (output and caches: the fp16 q
+    // fragments round the same fp32 values); the written rows against the FP64 norm + RoPE; on
+    // `pieces` fixtures the output against an FP64 reference within the pieces' tolerance; then
+    // programmatically after delayed producers of each input in turn; and its refusals.
+    {
+        gc::AttentionDecodeParams plain = p;
+        plain.fuseNormRope = false;
+        plain.fuseMerge = false;
+        plain.tensorCores = true;
+        gc::AttentionDecodeParams fusedPieces = plain;
+        fusedPieces.fuseNormRope = true;
+        fusedPieces.normRope = r;
+        const std::size_t pieceBytes = std::max(gc::attentionDecodeWorkspaceBytes(plain), gc::attentionDecodeWorkspaceBytes(fusedPieces));
+        DeviceBuffer<std::uint8_t> pieceWs(pieceBytes);
+        for (gc::AttentionDecodeParams* form : {&plain, &fusedPieces}) {
+            form->workspace = pieceWs.ptr;
+            form->workspaceBytes = pieceBytes;
+        }
+        const std::string note = "splits " + std::to_string(gc::attentionDecodeSplits(fusedPieces));
+        const auto wantPieces = separateLaunches(plain, pieceWs);
+        bool same = true;
+        std::vector<float> out;
+        const bool cachesSame = repeatedLaunches(
+            fusedPieces,
+            [&](const std::vector<float>& launched) {
+                out = launched;
+                same &= std::memcmp(out.data(), wantPieces.data(), out.size() * sizeof(float)) == 0;
+            },
+            [&] { pieceWs.poison(); });
+        const auto writtenK = dkc.download(), writtenV = dvc.download();  // the last launch's
+        report.addCheck("pieces " + f.name + ": output bit-identical to norm+RoPE, pieces, merge", same, note);
+        report.addCheck("pieces " + f.name + ": K/V cache bit-identical, raw q untouched", cachesSame && dq.download() == q,
+                        cachesSame ? "" : "cache differs");
+        // One stored cache element as a double.
+        const auto storedValue = [&](const std::vector<std::uint8_t>& bytes, std::int64_t index) -> double {
+            if (bf16) {
+                std::uint16_t b;
+                std::memcpy(&b, &bytes[static_cast<std::size_t>(index) * 2], 2);
+                return gf::bf16ToFloat(b);
+            }
+            float x;
+            std::memcpy(&x, &bytes[static_cast<std::size_t>(index) * 4], 4);
+            return x;
+        };
+        const std::int64_t slotBase = f.position % f.capacity * slotElems;
+        if (!f.kvShared) {
+            // fp32 within 1e-5 of the row's largest element; bf16 also half a bf16 ulp (2^-8 relative).
+            double worst = 0.0;
+            bool close = true;
+            for (int h = 0; h < f.kvHeads; ++h) {
+                std::vector<double> refK, refV;
+                normRef(&k[static_cast<std::size_t>(h) * d], kw.data(), d, r.eps, refK);
+                ropeRef(refK, freq, f.rotatedPairs, f.position);
+                normRef(&v[static_cast<std::size_t>(h) * d], nullptr, d, r.eps, refV);
+                for (int which = 0; which < 2; ++which) {
+                    const std::vector<double>& ref = which == 0 ? refK : refV;
+                    const std::vector<std::uint8_t>& bytes = which == 0 ? writtenK : writtenV;
+                    double largest = 0.0;
+                    for (double x : ref) largest = std::max(largest, std::fabs(x));
+                    for (int i = 0; i < d; ++i) {
+                        const double got = storedValue(bytes, slotBase + static_cast<std::int64_t>(h) * d + i);
+                        const double diff = std::fabs(got - ref[static_cast<std::size_t>(i)]);
+                        close &= diff <= (bf16 ? std::ldexp(std::fabs(ref[static_cast<std::size_t>(i)]), -8) : 0.0) + 1e-5 * largest;
+                        worst = std::max(worst, diff / largest);
+                    }
+                }
+            }
+            report.addCheck("pieces " + f.name + ": K/V rows written as the FP64 norm + RoPE", close,
+                            "max |diff| / max|row| " + std::to_string(worst));
+        }
+        if (f.pieces) {
+            // FP64 attention over the FP64 normed, rotated q and the cache as stored (the current
+            // rows as the kernel wrote them, checked above).
+            const int group = f.qHeads / f.kvHeads;
+            std::vector<double> ref(out.size());
+            for (int h = 0; h < f.qHeads; ++h) {
+                const int kvh = h / group;
+                std::vector<double> qRef;
+                normRef(&q[static_cast<std::size_t>(h) * d], qw.data(), d, r.eps, qRef);
+                ropeRef(qRef, freq, f.rotatedPairs, f.position);
+                const auto keyOrValue = [&](bool key, std::int64_t pos, int i) {
+                    const bool current = pos == f.position && !f.kvShared;
+                    const std::vector<std::uint8_t>& bytes = key ? (current ? writtenK : kBytes) : (current ? writtenV : vBytes);
+                    return storedValue(bytes, pos % f.capacity * slotElems + static_cast<std::int64_t>(kvh) * d + i);
+                };
+                std::vector<double> weights;
+                double largest = -INFINITY, sum = 0.0;
+                for (std::int64_t pos = start; pos < len; ++pos) {
+                    double score = 0.0;
+                    for (int i = 0; i < d; ++i) score += qRef[static_cast<std::size_t>(i)] * keyOrValue(true, pos, i);
+                    weights.push_back(score);
+                    largest = std::max(largest, score);
+                }
+                for (double& w : weights) sum += (w = std::exp(w - largest));
+                for (int i = 0; i < d; ++i) {
+                    double acc = 0.0;
+                    for (std::int64_t pos = start; pos < len; ++pos) acc += weights[static_cast<std::size_t>(pos - start)] * keyOrValue(false, pos, i);
+                    ref[static_cast<std::size_t>(h) * d + i] = acc / sum;
+                }
+            }
+            report.add("pieces " + f.name + " vs FP64", compare(out.data(), ref.data(), out.size()), kTensorCoreRelTol, kTensorCoreAbsTol,
+                       note);
+        }
+        // Programmatic launch: only the last producer overlaps the kernel, so each input it reads
+        // after its wait is produced last once (q; then k, or for a KV-shared layer the current
+        // position's cache rows, which its source layer writes in the same step).
+        for (const bool queryLast : {true, false}) {
+            Producer producer(true);
+            gc::AttentionDecodeParams early = fusedPieces;
+            early.programmaticLaunch = true;
+            dkc.upload(kBytes);
+            dvc.upload(vBytes);
+            pieceWs.poison();
+            dout.poison();
+            const std::size_t at = static_cast<std::size_t>(slotBase) * eb, rowBytes = static_cast<std::size_t>(slotElems) * eb;
+            const auto rows = [&](std::uint8_t* device, const std::vector<std::uint8_t>& bytes) {
+                producer.uploadBytes(device + at, std::vector<std::uint8_t>(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                                                                            bytes.begin() + static_cast<std::ptrdiff_t>(at + rowBytes)));
+            };
+            // V's input, then K's: the raw v and k, or a KV-shared layer's current cache rows.
+            const auto keysAndValues = [&] {
+                if (f.kvShared) {
+                    rows(dvc.ptr, vBytes);
+                    rows(dkc.ptr, kBytes);
+                } else {
+                    producer.upload(dv, v);
+                    producer.upload(dk, k);
+                }
+            };
+            if (queryLast) keysAndValues();
+            producer.upload(dq, q);
+            if (!queryLast) keysAndValues();
+            producer.produce();
+            HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
+            HCHECK(cudaDeviceSynchronize());
+            const auto late = dout.download();
+            report.addCheck("pieces " + f.name + ": programmatic launch, " + (queryLast ? "q" : f.kvShared ? "cache rows" : "k") +
+                                " produced last",
+                            std::memcmp(late.data(), wantPieces.data(), late.size() * sizeof(float)) == 0 && dkc.download() == wantK &&
+                                dvc.download() == wantV,
+                            "");
+        }
+        gc::AttentionDecodeParams bad = fusedPieces;
+        bad.normRope.headDim = d * 2;
+        report.addCheck("pieces " + f.name + ": mismatched normRope refused",
+                        gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument, "");
+        bad = fusedPieces;
+        bad.rows = 2;
+        report.addCheck("pieces " + f.name + ": two rows refused", gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument,
+                        "");
     }
     // The fused launch's time against its split count (information only): each block's piece is
     // short at a full window, and the last block merges every split of the group.
@@ -666,7 +842,7 @@ int main() {
         f.tensorCores = true;
         if (shard.take()) runFixture(f, rng, report, lt, perf, ordinary);
     }
-    // Refusals: more than one row, or a fusion, with tensorCores.
+    // Refusals: more than one row, or the fused merge, with tensorCores.
     if (shard.take()) {
         gc::AttentionDecodeParams bad;
         DeviceBuffer<float> buffer(1 << 16);
@@ -737,6 +913,22 @@ int main() {
         {"1 split", 16, 8, 256, 1024, 1055, B, 700, false, 128, 1},
         {"demo d64 wrap", 8, 2, 64, 128, 159, F, 700, false, 32},
         {"golden d32", 4, 2, 32, 16, 47, B, 40, false, 4},
+        // The pieces with the norm + RoPE inside, against FP64 (tiles of 32 keys at d 512 and 256).
+        // Forced splits place the current position: 128 keys in 4 pieces of 32 (its piece's last
+        // key), 129 in pieces of 64 (the first key of piece 2, piece 3 empty), 701 in 5 of 160 (inside
+        // piece 4, inside a tile), 65 in 2 of 64, 96 in 3 of 32; position 0 alone and with 3 empty pieces.
+        {"pieces 12b full pos 0 f32", 16, 1, 512, 0, 4096, F, 0, false, 64, 0, false, false, true},
+        {"pieces g2 d512 piece's last key bf16", 16, 8, 512, 0, 4096, B, 127, false, 64, 4, false, false, true},
+        {"pieces g2 d512 piece's first key f32", 16, 8, 512, 0, 4096, F, 128, false, 64, 4, false, false, true},
+        {"pieces g8 d512 inside piece 4 of 5 bf16", 8, 1, 512, 0, 4096, B, 700, false, 64, 5, false, false, true},
+        {"pieces g8 d512 32q/4kv auto splits f32", 32, 4, 512, 0, 8192, F, 3000, false, 64, 0, false, false, true},
+        {"pieces g16 d512 piece's first key bf16", 16, 1, 512, 0, 4096, B, 64, false, 64, 2, false, false, true},
+        {"pieces kv-shared g2 d512 f32", 16, 8, 512, 0, 4096, F, 300, true, 64, 0, false, false, true},
+        {"pieces g2 d256 piece's last key f32", 16, 8, 256, 0, 2048, F, 95, false, 128, 3, false, false, true},
+        {"pieces g8 d256 pos 0 4 splits bf16", 16, 2, 256, 0, 1024, B, 0, false, 128, 4, false, false, true},
+        {"pieces g8 d256 sliding ring wrap bf16", 8, 1, 256, 512, 543, B, 2000, false, 128, 0, false, false, true},
+        {"pieces golden d64 f32", 4, 2, 64, 0, 512, F, 60, false, 16, 0, false, false, true},
+        {"pieces golden d32 2 splits bf16", 4, 1, 32, 0, 512, B, 45, false, 16, 2, false, false, true},
     };
     for (const auto& f : fused)
         if (!(f.timingOnly && quickMode()) && shard.take()) fusedCase(f, rng, report, perf);
