@@ -1815,7 +1815,7 @@ private:
     bool clusterAttention_ = true;
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
-    bool fusedPiecesNormRope_ = false;  // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
+    bool fusedPiecesNormRope_ = true;   // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)

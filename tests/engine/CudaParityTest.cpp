@@ -241,41 +241,43 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, threeBands), threeBandRun.tokens) << "three-band device chain";
     const std::string threeBandLine = backendLine(threeBands);
     EXPECT_NE(threeBandLine.find("full-layer pieces split for 64 keys"), std::string::npos) << threeBandLine;
-    // The full layers' pieces with the q/k/v norm + RoPE and the cache write inside
-    // (OpenOptions::fusedPiecesNormRope, an experiment): every decode step's full layers (the
-    // goldens' go to the pieces by default), fp16 operands as the pieces', hence their tolerance;
-    // the device chain must pick the ids of the per-step path, alone and between timed steps
-    // (direct launches), and again with the three band forms above (the cluster form below 48
-    // keys, the pieces split for 64 keys, then the default pieces: both piece forms fused).
-    const auto fusedPieces = [](gemma::OpenOptions& o) { o.fusedPiecesNormRope = true; };
-    const Generation fusedPiecesRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                               gemma::OpenOptions{}.programmaticLaunch, true, fusedPieces);
-    compare(fusedPiecesRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(norm + RoPE in the pieces) vs cpu", 2e-2);
-    // Meant to be bit-identical to the default run (the harness checks the kernel so); reported here.
-    if (fusedPiecesRun.logits.size() == exact.logits.size()) {
+    // The full layers' q/k/v norm + RoPE and cache write: inside the pieces by default
+    // (OpenOptions::fusedPiecesNormRope), in their own kernel before them with the option off.
+    // The two give the same logits bit for bit (the harness checks the kernel so): `exact` above
+    // is the fused form on every golden (their full layers go to the pieces). The separate form
+    // against the references, its largest difference from the default reported; the device chain
+    // must pick the ids of the per-step path, alone and between timed steps (direct launches), and
+    // again with the three band forms above (the cluster form below 48 keys, the pieces split for
+    // 64 keys, then the default pieces: both piece forms separate).
+    const auto separatePieces = [](gemma::OpenOptions& o) { o.fusedPiecesNormRope = false; };
+    const Generation separatePiecesRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32,
+                                                  16, gemma::OpenOptions{}.programmaticLaunch, true, separatePieces);
+    compare(separatePiecesRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(norm + RoPE before the pieces) vs cpu",
+            2e-2);
+    if (separatePiecesRun.logits.size() == exact.logits.size()) {
         double largest = 0.0;
         for (std::size_t i = 0; i < exact.logits.size(); ++i)
-            largest = std::max(largest, std::fabs(static_cast<double>(fusedPiecesRun.logits[i]) - exact.logits[i]));
+            largest = std::max(largest, std::fabs(static_cast<double>(separatePiecesRun.logits[i]) - exact.logits[i]));
         std::printf("[ gpu    ] %-24s max|Δ| against the default run = %.3g (bit-identical expected)\n",
-                    (GetParam() + " norm + RoPE in the pieces").c_str(), largest);
+                    (GetParam() + " norm + RoPE before the pieces").c_str(), largest);
     }
     for (int every : {0, 5}) {
-        EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, fusedPieces), fusedPiecesRun.tokens)
-            << "norm + RoPE in the pieces, device chain, instrumentEvery " << every;
+        EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, separatePieces), separatePiecesRun.tokens)
+            << "norm + RoPE before the pieces, device chain, instrumentEvery " << every;
     }
-    const auto threeBandsFused = [&](gemma::OpenOptions& o) {
+    const auto threeBandsSeparate = [&](gemma::OpenOptions& o) {
         threeBands(o);
-        fusedPieces(o);
+        separatePieces(o);
     };
-    const Generation threeBandFusedRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                                  gemma::OpenOptions{}.programmaticLaunch, true, threeBandsFused);
-    compare(threeBandFusedRun, cpu.logits, cpu.tokens, vocab, prompt.size(),
-            GetParam() + " gpu(three band forms, norm + RoPE in the pieces) vs cpu", 2e-2);
-    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, threeBandsFused), threeBandFusedRun.tokens)
-        << "three-band device chain, norm + RoPE in the pieces";
-    const std::string fusedPiecesLine = backendLine(fusedPieces);
-    EXPECT_NE(fusedPiecesLine.find("norm + RoPE inside the tensor-core pieces"), std::string::npos) << fusedPiecesLine;
-    EXPECT_EQ(backendLine([](gemma::OpenOptions&) {}).find("norm + RoPE inside"), std::string::npos) << "off by default";
+    const Generation threeBandSeparateRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32,
+                                                     16, gemma::OpenOptions{}.programmaticLaunch, true, threeBandsSeparate);
+    compare(threeBandSeparateRun, cpu.logits, cpu.tokens, vocab, prompt.size(),
+            GetParam() + " gpu(three band forms, norm + RoPE before the pieces) vs cpu", 2e-2);
+    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, threeBandsSeparate), threeBandSeparateRun.tokens)
+        << "three-band device chain, norm + RoPE before the pieces";
+    EXPECT_NE(backendLine([](gemma::OpenOptions&) {}).find("norm + RoPE inside the tensor-core pieces"), std::string::npos)
+        << "on by default";
+    EXPECT_EQ(backendLine(separatePieces).find("norm + RoPE inside"), std::string::npos) << "off with the option";
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");
@@ -287,9 +289,10 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     compare(shortBandRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs transformers",
             2e-2);
     compare(threeBandRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(three band forms) vs transformers", 2e-2);
-    compare(fusedPiecesRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(norm + RoPE in the pieces) vs transformers", 2e-2);
-    compare(threeBandFusedRun, reference, greedy, vocab, prompt.size(),
-            GetParam() + " gpu(three band forms, norm + RoPE in the pieces) vs transformers", 2e-2);
+    compare(separatePiecesRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(norm + RoPE before the pieces) vs transformers",
+            2e-2);
+    compare(threeBandSeparateRun, reference, greedy, vocab, prompt.size(),
+            GetParam() + " gpu(three band forms, norm + RoPE before the pieces) vs transformers", 2e-2);
 }
 
 // The opt-in decode graph must pass its own bit-identical self-check (CudaBackend::decodeStep)

@@ -223,14 +223,14 @@ struct OpenOptions {
     // 12b at 32K decodes 2.1 % faster at positions 100-227, within 0.3 % of 4K, docs/
     // PERFORMANCE.md version 21 step 1); 0: never; N: up to N keys.
     int fullAttentionBandKeys = -1;
-    // CUDA, an experiment, not yet run on a GPU: where a decode step's attention runs on the
-    // tensor-core pieces (the full layers', OpenOptions::tensorCoreAttention), the q/k/v norm +
-    // RoPE and the KV-cache write run inside the pieces' launch (AttentionDecodeParams::
-    // fuseNormRope with tensorCores: every piece normalises its query heads, the piece holding
-    // the position writes the cache row) instead of in their own kernel before it: one launch
-    // less per full layer, ≈ 4.5 µs each on the 12b's H200 timeline (docs/PERFORMANCE.md, "Next
-    // levers" 3). Meant to give the same logits bit for bit. Off by default until measured.
-    bool fusedPiecesNormRope = false;
+    // CUDA: where a decode step's attention runs on the tensor-core pieces (the full layers',
+    // OpenOptions::tensorCoreAttention), the q/k/v norm + RoPE and the KV-cache write run inside
+    // the pieces' launch (AttentionDecodeParams::fuseNormRope with tensorCores: every piece
+    // normalises its query heads, the piece holding the position writes the cache row) instead of
+    // in their own kernel before it: one launch less per full layer. The same logits bit for bit
+    // (gpu_parity_tests, every golden); the 12b decodes 0.8 % faster on the H200 at positions
+    // 100-227 (docs/PERFORMANCE.md version 21 step 3). false: the separate kernel (comparisons).
+    bool fusedPiecesNormRope = true;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
