@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
          {"prompt-tokens", true, "prefill before the timed decode of the sweep (default 100)", "N"},
          {"decode-tokens", true, "decode steps timed per point (default 128)", "N"},
          {"depths", true, "depth sweep: context filled by a real prefill (default 0,8192,32768)", "N,N,..."},
+         {"depth-allocation", true, "the depth sweep's KV allocation (default: the least holding the depth and the decoded tokens, at least 4096)", "N"},
          {"prefill", true, "prefill lengths (default 512,2048)", "N,N,..."},
          {"skip", true, "comma-separated parts to skip: sweep,depth,prefill,kernels", "PARTS"},
          {"json", true, "write the full results as JSON", "FILE"},
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"full-attention-band-keys", true, "while the band is at most N keys, split the full layers' decode attention pieces for N keys instead of the KV allocation, at allocations above N (default 4096; 0: never)", "N"},
+         {"full-attention-band-limits", true, "split the full layers' decode attention pieces for N, 2N, 4N, ... keys (K limits below the allocation, N from --full-attention-band-keys) while the band is at most each (experiment; default 1: N alone; at most 6)", "K"},
          {"one-shot-lm-head", false, "run the decode lm_head on the one-shot grid of 4-row warps, launched programmatically, instead of the resident grid of 8-row warps launched ordinarily (same logits; the kernel table times it too)"},
          {"prefill-chunk", true, "positions per GEMM prefill chunk (default 2048; 32 to 8192): every chunk dequantizes the weights once", "N"},
          {"no-dequantize-ahead", false, "GEMM prefill: dequantize each weight just before its GEMMs instead of the next one on a second stream during the current one's"},
@@ -179,11 +181,19 @@ int main(int argc, char** argv) {
     const auto allocations = parseList(cli.value("allocations").value_or("4096,16384,32768"), error);
     const auto depths = parseList(cli.value("depths").value_or("0,8192,32768"), error);
     const auto prefills = parseList(cli.value("prefill").value_or("512,2048"), error);
-    std::int64_t promptTokens = 100, decodeTokens = 128;
-    if (!error.empty() || !cli.getInt("prompt-tokens", 1, 1 << 20, promptTokens) || !cli.getInt("decode-tokens", 1, 1 << 16, decodeTokens)) {
+    std::int64_t promptTokens = 100, decodeTokens = 128, depthAllocation = 0;
+    if (!error.empty() || !cli.getInt("prompt-tokens", 1, 1 << 20, promptTokens) || !cli.getInt("decode-tokens", 1, 1 << 16, decodeTokens) ||
+        !cli.getInt("depth-allocation", 1, 1 << 20, depthAllocation)) {
         std::cerr << "gemma-bench: " << (error.empty() ? cli.error() : error) << "\n";
         return 1;
     }
+    // A fixed depth allocation must hold every depth of the sweep and the tokens decoded after it.
+    for (int depth : depths)
+        if (depthAllocation > 0 && depthAllocation < depth + decodeTokens + 1) {
+            std::cerr << "gemma-bench: --depth-allocation " << depthAllocation << " cannot hold depth " << depth << " and "
+                      << decodeTokens << " decoded tokens (needs " << depth + decodeTokens + 1 << ")\n";
+            return 1;
+        }
     const std::string skip = cli.value("skip").value_or("");
     auto skipped = [&](const char* part) { return skip.find(part) != std::string::npos; };
 
@@ -223,6 +233,7 @@ int main(int argc, char** argv) {
     // Absent, --cluster-full-attention-keys leaves the engine's automatic limit (-1).
     if (!intOption("cluster-full-attention-keys", 0, 1 << 20, options.clusterFullAttentionKeys) ||
         !intOption("full-attention-band-keys", 0, 1 << 20, options.fullAttentionBandKeys) ||
+        !intOption("full-attention-band-limits", 1, 6, options.fullAttentionBandLimits) ||
         !intOption("prefill-chunk", 32, 8192, options.gemmPrefillChunk))
         return 1;
     options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");
@@ -388,7 +399,8 @@ int main(int argc, char** argv) {
     if (!skipped("depth")) {
         std::fprintf(stderr, "depth sweep...\n");
         for (int depth : depths) {
-            const int allocation = std::max(4096, depth + static_cast<int>(decodeTokens) + 1);
+            const int allocation = depthAllocation > 0 ? static_cast<int>(depthAllocation)
+                                                       : std::max(4096, depth + static_cast<int>(decodeTokens) + 1);
             if (!decodePoint(allocation, std::max(depth, 1), "tg-depth", depth, false)) return 1;
         }
     }

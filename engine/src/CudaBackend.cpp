@@ -190,7 +190,7 @@ public:
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
-          fullBandKeysOption_(options.fullAttentionBandKeys),
+          fullBandKeysOption_(options.fullAttentionBandKeys), fullBandLimitsOption_(options.fullAttentionBandLimits),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -301,7 +301,9 @@ public:
                                                                         std::to_string(clusterFullKeys_) + " keys"
                                                                   : std::string{})
                                    : std::string{}) +
-               (fullBandLimit() > 0 ? ", full-layer pieces split for " + std::to_string(fullBandLimit()) + " keys up to that band (at larger allocations)"
+               (fullBandLimit() > 0 ? ", full-layer pieces split for " + std::to_string(fullBandLimit()) + " keys up to that band" +
+                                          (fullBandLimitsOption_ > 1 ? " and for each doubling of it, " + std::to_string(fullBandLimitsOption_) + " limits" : "") +
+                                          " (at larger allocations)"
                                     : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
@@ -1613,8 +1615,8 @@ private:
     }
     // The band forms of a decode step (one row), by the band's length: bandLimits_ holds, in
     // ascending order, the limits where a form changes: clusterFullKeys_ (where some full layer
-    // takes the cluster form below it) and fullBandKeys_ (the pieces split for that band below
-    // it). A step at `position` has a band of position + 1 keys; its form's bound is the least
+    // takes the cluster form below it) and fullBandKeys_ and its doublings (the pieces split for
+    // that band below it; OpenOptions::fullAttentionBandLimits of them). A step at `position` has a band of position + 1 keys; its form's bound is the least
     // limit above position (the band is at most that many keys), 0 past every limit (the
     // default form). The bound decides the cluster form (bound <= clusterFullKeys_) and the
     // pieces' split count (attentionParams).
@@ -1625,7 +1627,9 @@ private:
         fullBandKeys_ = limit > 0 && limit < allocation ? limit : 0;
         bandLimits_.clear();
         if (clusterShortLayers_ > 0 && clusterFullKeys_ > 0) bandLimits_.push_back(clusterFullKeys_);
-        if (fullBandKeys_ > 0) bandLimits_.push_back(fullBandKeys_);
+        // The pieces' ladder (OpenOptions::fullAttentionBandLimits): N, 2N, 4N, ... below the allocation.
+        for (std::int64_t keys = fullBandKeys_, i = 0; keys > 0 && keys < allocation && i < fullBandLimitsOption_; keys *= 2, ++i)
+            bandLimits_.push_back(static_cast<int>(keys));
         std::sort(bandLimits_.begin(), bandLimits_.end());
         bandLimits_.erase(std::unique(bandLimits_.begin(), bandLimits_.end()), bandLimits_.end());
     }
@@ -1820,6 +1824,7 @@ private:
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
     int fullBandKeysOption_ = -1;     // OpenOptions::fullAttentionBandKeys
+    int fullBandLimitsOption_ = 1;    // OpenOptions::fullAttentionBandLimits
     int fullBandKeys_ = 0;            // the pieces' band limit in force (chooseBandForms; 0: none)
     std::vector<int> bandLimits_;     // ascending (chooseBandForms)
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
@@ -1857,8 +1862,9 @@ private:
     std::unordered_map<const DeviceLinear*, std::pair<const DeviceLinear*, const DeviceLinear*>> prefillNext_;
     bool graphFailed_ = false;
     // The decode step's graphs, by band form (bandSlot): [0] the default, then one per band limit
-    // (chooseBandForms: at most two).
-    std::array<cudaGraphExec_t, 3> graphExec_{};
+    // (chooseBandForms: the cluster limit and at most kMaxFullAttentionBandLimits of the pieces).
+    static constexpr std::size_t kBandForms = kMaxFullAttentionBandLimits + 2;
+    std::array<cudaGraphExec_t, kBandForms> graphExec_{};
     std::string graphStatus_ = "off";
     // The greedy chain (decodeGreedy): its graph, the ids it chose (entry p % kGreedyHistory for
     // the step at position p; at most two steps are in flight) and one event per step in flight.
@@ -1870,7 +1876,7 @@ private:
     DeviceBuffer topKWorkspace_;
     static_assert(sizeof(kc::TopKEntry) == sizeof(RankedLogit) && offsetof(kc::TopKEntry, id) == offsetof(RankedLogit, id),
                   "the top-k kernel writes RankedLogit entries");
-    std::array<cudaGraphExec_t, 3> greedyGraph_{};  // by band form, as graphExec_
+    std::array<cudaGraphExec_t, kBandForms> greedyGraph_{};  // by band form, as graphExec_
     cudaEvent_t greedyEvents_[2] = {nullptr, nullptr};
     bool greedyFailed_ = false;
     std::string greedyStatus_;

@@ -228,19 +228,41 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     const std::string shortBandLine = backendLine(shortBand);
     EXPECT_EQ(shortBandLine.find("full layers up to 64 keys") != std::string::npos, major >= 9) << shortBandLine;
     // Three band forms (OpenOptions::fullAttentionBandKeys, whose default 4096 is above this
-    // allocation, here beside a cluster limit below it): decode positions 40-47 in the cluster form (sm_90+), 48-63 with the full layers'
-    // pieces split for 64 keys instead of the 512-position allocation, 64-79 in the default form;
-    // per step here and as three segments of the device chain.
+    // allocation, here beside a cluster limit below it): decode positions 40-47 in the cluster
+    // form (sm_90+), 48-63 with the full layers' pieces split for 64 keys instead of the
+    // 512-position allocation, 64-79 in the default form; per step here and as three segments of
+    // the device chain.
     const auto threeBands = [](gemma::OpenOptions& o) {
         o.clusterFullAttentionKeys = 48;
         o.fullAttentionBandKeys = 64;
     };
-    const Generation threeBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                             gemma::OpenOptions{}.programmaticLaunch, true, threeBands);
-    compare(threeBandRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(three band forms) vs cpu", 2e-2);
-    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, threeBands), threeBandRun.tokens) << "three-band device chain";
-    const std::string threeBandLine = backendLine(threeBands);
-    EXPECT_NE(threeBandLine.find("full-layer pieces split for 64 keys"), std::string::npos) << threeBandLine;
+    // A band-form case: the generation with `adjust` against the CPU backend at the tensor-core
+    // tolerance, the device chain's ids against the per-step path's, and (unless empty) a
+    // fragment its backend line must hold.
+    const auto bandFormsCase = [&](const std::string& label, const std::function<void(gemma::OpenOptions&)>& adjust,
+                                   const std::string& lineFragment) {
+        const Generation run = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                                        gemma::OpenOptions{}.programmaticLaunch, true, adjust);
+        compare(run, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(" + label + ") vs cpu", 2e-2);
+        EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, adjust), run.tokens) << label << ", device chain";
+        if (!lineFragment.empty()) {
+            const std::string line = backendLine(adjust);
+            EXPECT_NE(line.find(lineFragment), std::string::npos) << line;
+        }
+        return run;
+    };
+    const Generation threeBandRun = bandFormsCase("three band forms", threeBands, "full-layer pieces split for 64 keys");
+    // The pieces' ladder (OpenOptions::fullAttentionBandLimits, an experiment): limits 32, 64 and
+    // 128 beside the cluster limit 48, five band forms: decode positions 40-47 in the cluster form
+    // (sm_90+), 48-63 with the pieces split for 64 keys, 64-79 for 128; per step and as three
+    // segments of the device chain, in graph slots past the three forms above.
+    const auto ladder = [](gemma::OpenOptions& o) {
+        o.clusterFullAttentionKeys = 48;
+        o.fullAttentionBandKeys = 32;
+        o.fullAttentionBandLimits = 3;
+    };
+    const Generation ladderRun =
+        bandFormsCase("band ladder", ladder, "split for 32 keys up to that band and for each doubling of it, 3 limits");
     // The full layers' q/k/v norm + RoPE and cache write: inside the pieces by default
     // (OpenOptions::fusedPiecesNormRope), in their own kernel before them with the option off.
     // The two give the same logits bit for bit (the harness checks the kernel so): `exact` above
@@ -269,12 +291,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
         threeBands(o);
         separatePieces(o);
     };
-    const Generation threeBandSeparateRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32,
-                                                     16, gemma::OpenOptions{}.programmaticLaunch, true, threeBandsSeparate);
-    compare(threeBandSeparateRun, cpu.logits, cpu.tokens, vocab, prompt.size(),
-            GetParam() + " gpu(three band forms, norm + RoPE before the pieces) vs cpu", 2e-2);
-    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, threeBandsSeparate), threeBandSeparateRun.tokens)
-        << "three-band device chain, norm + RoPE before the pieces";
+    const Generation threeBandSeparateRun = bandFormsCase("three band forms, norm + RoPE before the pieces", threeBandsSeparate, "");
     EXPECT_NE(backendLine([](gemma::OpenOptions&) {}).find("norm + RoPE inside the tensor-core pieces"), std::string::npos)
         << "on by default";
     EXPECT_EQ(backendLine(separatePieces).find("norm + RoPE inside"), std::string::npos) << "off with the option";
@@ -289,6 +306,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     compare(shortBandRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs transformers",
             2e-2);
     compare(threeBandRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(three band forms) vs transformers", 2e-2);
+    compare(ladderRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(band ladder) vs transformers", 2e-2);
     compare(separatePiecesRun, reference, greedy, vocab, prompt.size(), GetParam() + " gpu(norm + RoPE before the pieces) vs transformers",
             2e-2);
     compare(threeBandSeparateRun, reference, greedy, vocab, prompt.size(),
