@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <random>
+#include <thread>
 
 #include "CublasLt.h"
 #include "Fp4Matvec.h"
@@ -35,14 +37,16 @@ struct Device {
 constexpr int kLaunchesPerGraph = 20;
 
 // Median milliseconds of `repeats` timed calls after `warmup` untimed ones (the events are
-// recorded in `stream`, where the body's work must go).
+// recorded in `stream`, where the body's work must go); before each call the host sleeps
+// `idleMs` with the GPU idle (0: none).
 bool medianMs(const std::function<bool()>& body, int warmup, int repeats, double& ms, std::string& error,
-              cudaStream_t stream = nullptr) {
+              cudaStream_t stream = nullptr, double idleMs = 0.0) {
     cudaEvent_t start, stop;
     BENCH_CHECK(cudaEventCreate(&start));
     BENCH_CHECK(cudaEventCreate(&stop));
     std::vector<float> samples;
     for (int i = 0; i < warmup + repeats; ++i) {
+        if (idleMs > 0.0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(idleMs));
         BENCH_CHECK(cudaEventRecord(start, stream));
         if (!body()) {
             error = "launch failed: " + std::string(cudaGetErrorString(cudaGetLastError()));
@@ -283,40 +287,52 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
     return true;
 }
 
+// The lm_head's launch over `codes` (vocab × hidden E4M3 bytes) with row scales 1/448 and x =
+// 0.01 (the kernel's time does not depend on the values), in the engine's form (`persistent`).
+// The buffers it needs besides the codes live in `buffers`.
+struct LmHeadBuffers {
+    Device scales, x, logits;
+};
+bool lmHeadLaunch(const void* codes, std::int64_t vocab, std::int64_t hidden, bool persistent, LmHeadBuffers& buffers,
+                  cuda::Fp8LmHeadParams& p, std::string& error) {
+    BENCH_CHECK(cudaMalloc(&buffers.scales.p, static_cast<std::size_t>(vocab) * 4));
+    BENCH_CHECK(cudaMalloc(&buffers.x.p, static_cast<std::size_t>(hidden) * 4));
+    BENCH_CHECK(cudaMalloc(&buffers.logits.p, static_cast<std::size_t>(vocab) * 4));
+    const std::vector<float> rowScales(static_cast<std::size_t>(vocab), 1.0f / 448.0f);
+    BENCH_CHECK(cudaMemcpy(buffers.scales.p, rowScales.data(), rowScales.size() * 4, cudaMemcpyHostToDevice));
+    const std::vector<float> host(static_cast<std::size_t>(hidden), 0.01f);
+    BENCH_CHECK(cudaMemcpy(buffers.x.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    p.codes = static_cast<const std::uint8_t*>(codes);
+    p.rowScales = static_cast<const float*>(buffers.scales.p);
+    p.vocab = vocab;
+    p.hidden = hidden;
+    p.x = static_cast<const float*>(buffers.x.p);
+    p.xStride = hidden;
+    p.logits = static_cast<float*>(buffers.logits.p);
+    p.logitStride = vocab;
+    p.rows = 1;
+    p.softcap = 30.0f;
+    p.persistent = persistent;
+    return true;
+}
+
 bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, KernelTiming& timing, std::string& error) {
     const std::size_t codeBytes = static_cast<std::size_t>(vocab) * hidden;
-    Device codes[2], scales[2], x, logits;
+    // Two copies of the codes, alternating (each far past the L2). Random bytes include the two
+    // E4M3 NaN codes; they only make some logits NaN, which does not change the time of a
+    // streaming dot product.
+    Device codes[2];
+    LmHeadBuffers buffers[2];
+    cuda::Fp8LmHeadParams params[2];
     for (int i = 0; i < 2; ++i) {
         BENCH_CHECK(cudaMalloc(&codes[i].p, codeBytes));
-        BENCH_CHECK(cudaMalloc(&scales[i].p, static_cast<std::size_t>(vocab) * 4));
-        if (!fillRandom(codes[i].p, codeBytes, static_cast<unsigned>(20 + i), error)) return false;
-        std::vector<float> rowScales(static_cast<std::size_t>(vocab), 1.0f / 448.0f);
-        BENCH_CHECK(cudaMemcpy(scales[i].p, rowScales.data(), rowScales.size() * 4, cudaMemcpyHostToDevice));
+        if (!fillRandom(codes[i].p, codeBytes, static_cast<unsigned>(20 + i), error) ||
+            !lmHeadLaunch(codes[i].p, vocab, hidden, persistent, buffers[i], params[i], error))
+            return false;
     }
-    // Random bytes include the two E4M3 NaN codes; they only make some logits NaN, which does
-    // not change the time of a streaming dot product.
-    BENCH_CHECK(cudaMalloc(&x.p, static_cast<std::size_t>(hidden) * 4));
-    BENCH_CHECK(cudaMalloc(&logits.p, static_cast<std::size_t>(vocab) * 4));
-    std::vector<float> host(static_cast<std::size_t>(hidden), 0.01f);
-    BENCH_CHECK(cudaMemcpy(x.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
     double ms = 0.0;
     const bool ok = graphMedianMs(
-        [&](cudaStream_t stream, int i) {
-            const int c = i % 2;
-            cuda::Fp8LmHeadParams p;
-            p.codes = static_cast<const std::uint8_t*>(codes[c].p);
-            p.rowScales = static_cast<const float*>(scales[c].p);
-            p.vocab = vocab;
-            p.hidden = hidden;
-            p.x = static_cast<const float*>(x.p);
-            p.xStride = hidden;
-            p.logits = static_cast<float*>(logits.p);
-            p.logitStride = vocab;
-            p.rows = 1;
-            p.softcap = 30.0f;
-            p.persistent = persistent;
-            return cuda::launchFp8LmHead(p, stream) == cuda::KernelStatus::Ok;
-        },
+        [&](cudaStream_t stream, int i) { return cuda::launchFp8LmHead(params[i % 2], stream) == cuda::KernelStatus::Ok; },
         kLaunchesPerGraph, 2, 15, ms, error);
     if (!ok) return false;
     timing.name = "lm_head (fp8)";
@@ -325,6 +341,32 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, Kernel
     timing.microseconds = ms * 1e3;
     timing.bytes = static_cast<double>(codeBytes) + static_cast<double>(vocab) * 4.0 * 2 + static_cast<double>(hidden) * 4.0;
     timing.gbs = timing.bytes / (ms * 1e-3) / 1e9;
+    return true;
+}
+
+bool timeSpacedLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, double gapMs, SpacedTiming& timing, std::string& error) {
+    const std::size_t codeBytes = (static_cast<std::size_t>(vocab) * hidden) & ~std::size_t{15};
+    Device codes, sink;
+    BENCH_CHECK(cudaMalloc(&codes.p, static_cast<std::size_t>(vocab) * hidden));
+    BENCH_CHECK(cudaMalloc(&sink.p, 1 << 20));
+    LmHeadBuffers buffers;
+    cuda::Fp8LmHeadParams p;
+    if (!fillRandom(codes.p, static_cast<std::size_t>(vocab) * hidden, 20, error) ||
+        !lmHeadLaunch(codes.p, vocab, hidden, persistent, buffers, p, error))
+        return false;
+    cuda::StreamReadParams read;
+    read.data = codes.p;
+    read.bytes = static_cast<std::int64_t>(codeBytes);
+    read.sink = static_cast<std::uint32_t*>(sink.p);
+    constexpr int kRepeats = 15;
+    double headMs = 0.0, readMs = 0.0;
+    if (!medianMs([&] { return cuda::launchFp8LmHead(p, nullptr) == cuda::KernelStatus::Ok; }, 1, kRepeats, headMs, error, nullptr, gapMs) ||
+        !medianMs([&] { return cuda::launchStreamRead(read, nullptr) == cuda::KernelStatus::Ok; }, 1, kRepeats, readMs, error, nullptr, gapMs))
+        return false;
+    timing.gapMs = gapMs;
+    timing.bytes = static_cast<double>(codeBytes);
+    timing.lmHeadUs = headMs * 1e3;
+    timing.readUs = readMs * 1e3;
     return true;
 }
 

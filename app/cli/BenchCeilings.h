@@ -36,4 +36,17 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
 // OpenOptions::persistentLmHead).
 bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, KernelTiming& timing, std::string& error);
 
+// The lm_head and the ceiling's streaming read over the same bytes, each launch alone after the
+// GPU has idled `gapMs` (docs/PERFORMANCE.md version 21 step 6: inside a decode step the lm_head
+// reads faster than in the back-to-back timing, perhaps from the idle headroom a step's duty
+// cycle leaves). Both are timed by an event pair around one launch, so both count the host's
+// launch latency alike; their ratio is the lm_head's share of the read rate under that duty cycle.
+struct SpacedTiming {
+    double gapMs = 0.0;
+    double bytes = 0.0;          // the lm_head's codes (the read covers the same buffer)
+    double lmHeadUs = 0.0;       // median of the spaced launches
+    double readUs = 0.0;
+};
+bool timeSpacedLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, double gapMs, SpacedTiming& timing, std::string& error);
+
 }  // namespace gemma::bench

@@ -436,6 +436,7 @@ int main(int argc, char** argv) {
         }
     }
     std::vector<gemma::bench::KernelTiming> kernels;
+    gemma::bench::SpacedTiming spaced;
     if (!skipped("kernels") && !config.layers.empty()) {
         std::fprintf(stderr, "kernel table...\n");
         std::set<std::tuple<std::string, std::int64_t, std::int64_t, bool>> shapes;
@@ -463,6 +464,17 @@ int main(int argc, char** argv) {
             return 1;
         }
         kernels.push_back(head);
+        // The lm_head and the read probe over its bytes, each launch after 3 ms of idle GPU (the
+        // idle part of a 12b step: docs/PERFORMANCE.md version 21 step 6).
+        if (!gemma::bench::timeSpacedLmHead(config.vocabSize, H, options.persistentLmHead, 3.0, spaced, error)) {
+            std::cerr << "gemma-bench: " << error << "\n";
+            return 1;
+        }
+        results["lm_head_spaced"] = {{"gap_ms", spaced.gapMs},
+                                     {"bytes", spaced.bytes},
+                                     {"lm_head_us", spaced.lmHeadUs},
+                                     {"read_us", spaced.readUs},
+                                     {"percent_of_spaced_read", 100.0 * spaced.readUs / spaced.lmHeadUs}};
         for (const auto& k : kernels) {
             results["kernels"].push_back({{"name", k.name}, {"out", k.out}, {"in", k.in}, {"us", k.microseconds}, {"bytes", k.bytes},
                                           {"GBs", k.gbs}, {"percent_of_read_ceiling", 100.0 * k.gbs / ceilings.readGBs}});
@@ -512,7 +524,7 @@ int main(int argc, char** argv) {
        << static_cast<int>(ceilings.copyGBs) << " GB/s (read+write) | BF16 GEMM " << static_cast<int>(ceilings.bf16GemmTflops)
        << " TFLOP/s | backend " << (*engine)->info().backend << " | KV cache " << kvCache << "\n\n";
     md << "| preset | alloc | depth | test | tok/s | ms/token | GB/s | % of ceiling |\n|---|---|---|---|---|---|---|---|\n";
-    char line[256];
+    char line[512];
     for (const auto& r : rows) {
         if (r.prefill) {
             std::snprintf(line, sizeof line, "| %s | %d | %d | %s | %.1f | %.3f | — | %.1f of BF16 GEMM |\n", presetName.c_str(),
@@ -555,6 +567,11 @@ int main(int argc, char** argv) {
                           static_cast<long long>(k.in), k.microseconds, k.gbs, 100.0 * k.gbs / ceilings.readGBs);
             md << line;
         }
+        std::snprintf(line, sizeof line,
+                      "\nSpaced (each launch alone after %.0f ms of idle GPU, median of 15, event pair around it): lm_head %.1f µs, the "
+                      "streaming read of the same %.2f GB %.1f µs: the lm_head at %.1f %% of the spaced read rate.\n",
+                      spaced.gapMs, spaced.lmHeadUs, spaced.bytes / 1e9, spaced.readUs, 100.0 * spaced.readUs / spaced.lmHeadUs);
+        md << line;
     }
     std::cout << md.str();
     if (auto path = cli.value("markdown")) std::ofstream(*path) << md.str();
