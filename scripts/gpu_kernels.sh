@@ -70,9 +70,9 @@ echo "== compute-sanitizer (GEMMA_HARNESS_QUICK=1, in parallel)"
 SANDIR="$BUILD/san"
 mkdir -p "$SANDIR"
 jobs_list=()
-# racecheck of test_attention ran past 300 s in version 20 (and as 4 or 3 shards in version 21): it runs as SAN_SHARDS processes
-# (GEMMA_HARNESS_SHARD, tests/kernels/HarnessCommon.h), each case in one of them; the row's log is
-# theirs in turn and its exit status the first non-zero one.
+# racecheck of test_attention ran past 300 s in version 20 (and as 4 or 3 shards in version 21):
+# it runs as SAN_SHARDS processes (GEMMA_HARNESS_SHARD, tests/kernels/HarnessCommon.h), each case
+# in one of them; the row's log is theirs in turn and its exit status the first non-zero one.
 SAN_SHARDS=${GPU_KERNELS_SAN_SHARDS:-8}
 shards_of() { [[ $1 == racecheck && $2 == test_attention ]] && echo "$SAN_SHARDS" || echo 1; }
 for tool in memcheck initcheck racecheck; do

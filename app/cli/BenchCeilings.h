@@ -46,6 +46,7 @@ struct SpacedTiming {
     double bytes = 0.0;          // the lm_head's codes (the read covers the same buffer)
     double lmHeadUs = 0.0;       // median of the spaced launches
     double readUs = 0.0;
+    double percentOfRead() const { return 100.0 * readUs / lmHeadUs; }  // the lm_head's share of the spaced read rate
 };
 bool timeSpacedLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, double gapMs, SpacedTiming& timing, std::string& error);
 

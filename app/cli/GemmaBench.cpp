@@ -474,7 +474,7 @@ int main(int argc, char** argv) {
                                      {"bytes", spaced.bytes},
                                      {"lm_head_us", spaced.lmHeadUs},
                                      {"read_us", spaced.readUs},
-                                     {"percent_of_spaced_read", 100.0 * spaced.readUs / spaced.lmHeadUs}};
+                                     {"percent_of_spaced_read", spaced.percentOfRead()}};
         for (const auto& k : kernels) {
             results["kernels"].push_back({{"name", k.name}, {"out", k.out}, {"in", k.in}, {"us", k.microseconds}, {"bytes", k.bytes},
                                           {"GBs", k.gbs}, {"percent_of_read_ceiling", 100.0 * k.gbs / ceilings.readGBs}});
@@ -570,7 +570,7 @@ int main(int argc, char** argv) {
         std::snprintf(line, sizeof line,
                       "\nSpaced (each launch alone after %.0f ms of idle GPU, median of 15, event pair around it): lm_head %.1f µs, the "
                       "streaming read of the same %.2f GB %.1f µs: the lm_head at %.1f %% of the spaced read rate.\n",
-                      spaced.gapMs, spaced.lmHeadUs, spaced.bytes / 1e9, spaced.readUs, 100.0 * spaced.readUs / spaced.lmHeadUs);
+                      spaced.gapMs, spaced.lmHeadUs, spaced.bytes / 1e9, spaced.readUs, spaced.percentOfRead());
         md << line;
     }
     std::cout << md.str();

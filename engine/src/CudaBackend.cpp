@@ -1615,20 +1615,19 @@ private:
     }
     // The band forms of a decode step (one row), by the band's length: bandLimits_ holds, in
     // ascending order, the limits where a form changes: clusterFullKeys_ (where some full layer
-    // takes the cluster form below it) and fullBandKeys_ and its doublings (the pieces split for
-    // that band below it; OpenOptions::fullAttentionBandLimits of them). A step at `position` has a band of position + 1 keys; its form's bound is the least
+    // takes the cluster form below it) and the pieces' limit N = fullBandLimit() with its
+    // doublings (the pieces split for that band below it; OpenOptions::fullAttentionBandLimits of
+    // them). A step at `position` has a band of position + 1 keys; its form's bound is the least
     // limit above position (the band is at most that many keys), 0 past every limit (the
     // default form). The bound decides the cluster form (bound <= clusterFullKeys_) and the
     // pieces' split count (attentionParams).
-    // A full layer's cache holds the whole allocation (kvCacheSlots), so the pieces' limit counts
+    // A full layer's cache holds the whole allocation (kvCacheSlots), so the pieces' limits count
     // only below it.
     void chooseBandForms(int allocation) {
-        const int limit = fullBandLimit();
-        fullBandKeys_ = limit > 0 && limit < allocation ? limit : 0;
         bandLimits_.clear();
         if (clusterShortLayers_ > 0 && clusterFullKeys_ > 0) bandLimits_.push_back(clusterFullKeys_);
-        // The pieces' ladder (OpenOptions::fullAttentionBandLimits): N, 2N, 4N, ... below the allocation.
-        for (std::int64_t keys = fullBandKeys_, i = 0; keys > 0 && keys < allocation && i < fullBandLimitsOption_; keys *= 2, ++i)
+        // The pieces' ladder: N, 2N, 4N, ... below the allocation.
+        for (std::int64_t keys = fullBandLimit(), i = 0; keys > 0 && keys < allocation && i < fullBandLimitsOption_; keys *= 2, ++i)
             bandLimits_.push_back(static_cast<int>(keys));
         std::sort(bandLimits_.begin(), bandLimits_.end());
         bandLimits_.erase(std::unique(bandLimits_.begin(), bandLimits_.end()), bandLimits_.end());
@@ -1825,7 +1824,6 @@ private:
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
     int fullBandKeysOption_ = -1;     // OpenOptions::fullAttentionBandKeys
     int fullBandLimitsOption_ = 1;    // OpenOptions::fullAttentionBandLimits
-    int fullBandKeys_ = 0;            // the pieces' band limit in force (chooseBandForms; 0: none)
     std::vector<int> bandLimits_;     // ascending (chooseBandForms)
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;
