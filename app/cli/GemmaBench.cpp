@@ -169,7 +169,6 @@ int main(int argc, char** argv) {
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"full-attention-band-keys", true, "while the band is at most N keys, split the full layers' decode attention pieces for N keys instead of the KV allocation, at allocations above N (default 4096; 0: never)", "N"},
-         {"full-attention-band-limits", true, "split the full layers' decode attention pieces for N, 2N, 4N, ... keys (K limits below the allocation, N from --full-attention-band-keys) while the band is at most each (experiment; default 1: N alone; at most 6)", "K"},
          {"one-shot-lm-head", false, "run the decode lm_head on the one-shot grid of 4-row warps, launched programmatically, instead of the resident grid of 8-row warps launched ordinarily (same logits; the kernel table times it too)"},
          {"prefill-chunk", true, "positions per GEMM prefill chunk (default 2048; 32 to 8192): every chunk dequantizes the weights once", "N"},
          {"no-dequantize-ahead", false, "GEMM prefill: dequantize each weight just before its GEMMs instead of the next one on a second stream during the current one's"},
@@ -233,7 +232,6 @@ int main(int argc, char** argv) {
     // Absent, --cluster-full-attention-keys leaves the engine's automatic limit (-1).
     if (!intOption("cluster-full-attention-keys", 0, 1 << 20, options.clusterFullAttentionKeys) ||
         !intOption("full-attention-band-keys", 0, 1 << 20, options.fullAttentionBandKeys) ||
-        !intOption("full-attention-band-limits", 1, 6, options.fullAttentionBandLimits) ||
         !intOption("prefill-chunk", 32, 8192, options.gemmPrefillChunk))
         return 1;
     options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");

@@ -28,9 +28,6 @@ inline constexpr int kPrefillChunk = 32;
 inline constexpr int kGemmPrefillChunk = 2048;     // OpenOptions::gemmPrefillChunk's default
 inline constexpr int kMaxGemmPrefillChunk = 8192;
 inline constexpr int kMinGemmPrefillChunk = 256;  // the shortest a chunk is cut to when memory is short
-// OpenOptions::fullAttentionBandLimits at most: with the cluster limit, the CUDA backend's decode
-// graphs come in at most this many + 2 band forms (CudaBackend::kBandForms).
-inline constexpr int kMaxFullAttentionBandLimits = 6;
 
 // The GEMM prefill chunk a GPU uses: `asked`, halved while the memory it needs (`needed(chunk)`:
 // weights, KV cache with the chunk's sliding rings, workspaces) plus `headroom` exceeds

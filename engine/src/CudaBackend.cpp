@@ -190,7 +190,7 @@ public:
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
-          fullBandKeysOption_(options.fullAttentionBandKeys), fullBandLimitsOption_(options.fullAttentionBandLimits),
+          fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -301,9 +301,7 @@ public:
                                                                         std::to_string(clusterFullKeys_) + " keys"
                                                                   : std::string{})
                                    : std::string{}) +
-               (fullBandLimit() > 0 ? ", full-layer pieces split for " + std::to_string(fullBandLimit()) + " keys up to that band" +
-                                          (fullBandLimitsOption_ > 1 ? " and for each doubling of it, " + std::to_string(fullBandLimitsOption_) + " limits" : "") +
-                                          " (at larger allocations)"
+               (fullBandLimit() > 0 ? ", full-layer pieces split for " + std::to_string(fullBandLimit()) + " keys up to that band (at larger allocations)"
                                     : std::string{}) +
                (tiledWeights_ && untiledWeights_ > 0 ? ", " + std::to_string(untiledWeights_) + " weights in rows" : std::string{}) +
                (graphWanted_ ? ", graph " + graphStatus_ : std::string{}) +
@@ -1615,20 +1613,18 @@ private:
     }
     // The band forms of a decode step (one row), by the band's length: bandLimits_ holds, in
     // ascending order, the limits where a form changes: clusterFullKeys_ (where some full layer
-    // takes the cluster form below it) and the pieces' limit N = fullBandLimit() with its
-    // doublings (the pieces split for that band below it; OpenOptions::fullAttentionBandLimits of
-    // them). A step at `position` has a band of position + 1 keys; its form's bound is the least
-    // limit above position (the band is at most that many keys), 0 past every limit (the
-    // default form). The bound decides the cluster form (bound <= clusterFullKeys_) and the
+    // takes the cluster form below it) and the pieces' limit fullBandLimit() (the pieces split for
+    // that band below it). A step at `position` has a band of position + 1 keys; its form's bound
+    // is the least limit above position (the band is at most that many keys), 0 past every limit
+    // (the default form). The bound decides the cluster form (bound <= clusterFullKeys_) and the
     // pieces' split count (attentionParams).
-    // A full layer's cache holds the whole allocation (kvCacheSlots), so the pieces' limits count
-    // only below it.
+    // A full layer's cache holds the whole allocation (kvCacheSlots), so the pieces' limit counts
+    // only below it. (A ladder of the limit's doublings, for a chat deep inside a large
+    // allocation, measured nothing: docs/PERFORMANCE.md version 22 step 2.)
     void chooseBandForms(int allocation) {
         bandLimits_.clear();
         if (clusterShortLayers_ > 0 && clusterFullKeys_ > 0) bandLimits_.push_back(clusterFullKeys_);
-        // The pieces' ladder: N, 2N, 4N, ... below the allocation.
-        for (std::int64_t keys = fullBandLimit(), i = 0; keys > 0 && keys < allocation && i < fullBandLimitsOption_; keys *= 2, ++i)
-            bandLimits_.push_back(static_cast<int>(keys));
+        if (const int limit = fullBandLimit(); limit > 0 && limit < allocation) bandLimits_.push_back(limit);
         std::sort(bandLimits_.begin(), bandLimits_.end());
         bandLimits_.erase(std::unique(bandLimits_.begin(), bandLimits_.end()), bandLimits_.end());
     }
@@ -1823,7 +1819,6 @@ private:
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
     int fullBandKeysOption_ = -1;     // OpenOptions::fullAttentionBandKeys
-    int fullBandLimitsOption_ = 1;    // OpenOptions::fullAttentionBandLimits
     std::vector<int> bandLimits_;     // ascending (chooseBandForms)
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;
@@ -1860,8 +1855,8 @@ private:
     std::unordered_map<const DeviceLinear*, std::pair<const DeviceLinear*, const DeviceLinear*>> prefillNext_;
     bool graphFailed_ = false;
     // The decode step's graphs, by band form (bandSlot): [0] the default, then one per band limit
-    // (chooseBandForms: the cluster limit and at most kMaxFullAttentionBandLimits of the pieces).
-    static constexpr std::size_t kBandForms = kMaxFullAttentionBandLimits + 2;
+    // (chooseBandForms: the cluster limit and the pieces' limit).
+    static constexpr std::size_t kBandForms = 3;
     std::array<cudaGraphExec_t, kBandForms> graphExec_{};
     std::string graphStatus_ = "off";
     // The greedy chain (decodeGreedy): its graph, the ids it chose (entry p % kGreedyHistory for

@@ -112,10 +112,6 @@ public:
             return {ErrorCode::InvalidArgument, "the GEMM prefill chunk must be between " + std::to_string(kPrefillChunk) + " and " +
                                                     std::to_string(kMaxGemmPrefillChunk) + " positions"};
         }
-        if (options.fullAttentionBandLimits < 1 || options.fullAttentionBandLimits > kMaxFullAttentionBandLimits) {
-            return {ErrorCode::InvalidArgument,
-                    "the full layers' band limits must be between 1 and " + std::to_string(kMaxFullAttentionBandLimits)};
-        }
         auto package = Package::open(path);
         if (!package) return package.status();
         package_ = std::make_unique<Package>(std::move(package.value()));

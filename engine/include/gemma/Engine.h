@@ -223,13 +223,6 @@ struct OpenOptions {
     // 12b at 32K decodes 2.1 % faster at positions 100-227, within 0.3 % of 4K, docs/
     // PERFORMANCE.md version 21 step 1); 0: never; N: up to N keys.
     int fullAttentionBandKeys = -1;
-    // CUDA, with fullAttentionBandKeys N: the pieces' band limits are N, 2N, 4N, ... (this many,
-    // those below the allocation), each its own band form: a step whose band is at most 2^i·N
-    // keys splits the pieces for that band. At a 32K allocation a band of 8K keys otherwise fills
-    // only a quarter of the 132 capacity-sized pieces (each ≈ 250 keys, the other SMs idle). 1
-    // (default): N alone; at most kMaxFullAttentionBandLimits (engine/src/Backend.h: 6).
-    // An experiment, not yet run on a GPU (docs/PERFORMANCE.md version 21 step 5).
-    int fullAttentionBandLimits = 1;
     // CUDA: where a decode step's attention runs on the tensor-core pieces (the full layers',
     // OpenOptions::tensorCoreAttention), the q/k/v norm + RoPE and the KV-cache write run inside
     // the pieces' launch (AttentionDecodeParams::fuseNormRope with tensorCores: every piece
