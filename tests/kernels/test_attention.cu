@@ -695,16 +695,21 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     // short at a full window, and the last block merges every split of the group.
     if (f.timing && !quickMode()) {
         const double bandBytes = 2.0 * static_cast<double>(std::min<std::int64_t>(len, p.maxBand)) * slotElems * eb;
-        for (int splits : {0, 8, 16, 24, 32, 48}) {
-            gc::AttentionDecodeParams t = p;
-            t.splits = splits;
-            t.programmaticLaunch = false;
-            t.normRope.programmaticLaunch = false;
+        // A zeroed workspace of the size `t` needs, set into it; the buffer must outlive its launches.
+        const auto attachWorkspace = [](gc::AttentionDecodeParams& t) {
             const std::size_t bytes = gc::attentionDecodeWorkspaceBytes(t);
             DeviceBuffer<std::uint8_t> ws(bytes);
             HCHECK(cudaMemset(ws.ptr, 0, bytes));
             t.workspace = ws.ptr;
             t.workspaceBytes = bytes;
+            return ws;
+        };
+        for (int splits : {0, 8, 16, 24, 32, 48}) {
+            gc::AttentionDecodeParams t = p;
+            t.splits = splits;
+            t.programmaticLaunch = false;
+            t.normRope.programmaticLaunch = false;
+            const auto ws = attachWorkspace(t);
             const double us = medianMicros([&](int) { gc::launchAttentionDecode(t, nullptr); }, 5, 30);
             char line[200];
             std::snprintf(line, sizeof line, "fused %-34s %8.1f us  %7.1f GB/s (live K+V band, %d splits%s)", f.name.c_str(), us,
@@ -723,11 +728,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             t.tensorCores = true;
             t.splits = 0;
             t.programmaticLaunch = false;
-            const std::size_t bytes = gc::attentionDecodeWorkspaceBytes(t);
-            DeviceBuffer<std::uint8_t> ws(bytes);
-            HCHECK(cudaMemset(ws.ptr, 0, bytes));
-            t.workspace = ws.ptr;
-            t.workspaceBytes = bytes;
+            const auto ws = attachWorkspace(t);
             const double us = medianMicros(
                 [&](int) {
                     gc::launchQkvNormRope(norm, nullptr);
@@ -737,6 +738,17 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             char line[200];
             std::snprintf(line, sizeof line, "default %-32s %8.1f us  %7.1f GB/s (norm + RoPE, tensor-core pieces, merge: %d splits)",
                           f.name.c_str(), us, bandBytes / us * 1e-3, gc::attentionDecodeSplits(t));
+            perf.push_back(line);
+            // The CUDA backend's form since version 21 (OpenOptions::fusedPiecesNormRope): the norm
+            // + RoPE inside the pieces, then the merge (two launches). Its own workspace: another
+            // kernel instance, whose split count may differ.
+            gc::AttentionDecodeParams inside = t;
+            inside.fuseNormRope = true;
+            inside.normRope = norm;
+            const auto insideWs = attachWorkspace(inside);
+            const double insideUs = medianMicros([&](int) { gc::launchAttentionDecode(inside, nullptr); }, 5, 30);
+            std::snprintf(line, sizeof line, "inside  %-32s %8.1f us  %7.1f GB/s (tensor-core pieces with the norm + RoPE, merge: %d splits)",
+                          f.name.c_str(), insideUs, bandBytes / insideUs * 1e-3, gc::attentionDecodeSplits(inside));
             perf.push_back(line);
         }
         for (int size : {0, 8, 16}) {
@@ -891,6 +903,9 @@ int main() {
         {"12b sliding len1 f32", 16, 8, 256, 1024, 1055, F, 0, false, 128},
         {"12b sliding ring wrap f32", 16, 8, 256, 1024, 1055, F, 5000, false, 128, 0, true},
         {"12b full pos 3000 f32", 16, 1, 512, 0, 4096, F, 3000, false, 64},
+        // The 12b's full layer at the benchmark's short band, timed: ≈ 14 µs per layer in the
+        // step's kernel timeline for a band of ≈ 150 keys (docs/PERFORMANCE.md version 22).
+        {"12b full pos 150 f32", 16, 1, 512, 0, 4096, F, 150, false, 64, 0, true, true},
         {"12b full len1 f32", 16, 1, 512, 0, 4096, F, 0, false, 64},
         {"31b full bf16 32q/4kv", 32, 4, 512, 0, 8192, B, 100, false, 64},
         {"e2b kv-shared sliding 8q/1kv", 8, 1, 256, 512, 543, F, 600, true, 128},
@@ -930,8 +945,11 @@ int main() {
         {"pieces golden d64 f32", 4, 2, 64, 0, 512, F, 60, false, 16, 0, false, false, true},
         {"pieces golden d32 2 splits bf16", 4, 1, 32, 0, 512, B, 45, false, 16, 2, false, false, true},
     };
+    // GEMMA_FIXTURES filters these by name too, so one fused case can be profiled alone (e.g.
+    // "12b sliding ring wrap f32": the cluster form over a full f32 window).
     for (const auto& f : fused)
-        if (!(f.timingOnly && quickMode()) && shard.take()) fusedCase(f, rng, report, perf);
+        if (!(f.timingOnly && quickMode()) && !(only && f.name.find(only) == std::string::npos) && shard.take())
+            fusedCase(f, rng, report, perf);
     std::printf("%zu fixtures\n", fx.size());
     if (!perf.empty()) {
         std::printf("\nattention timing (information only, split + merge, median of 30):\n");

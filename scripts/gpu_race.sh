@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# compute-sanitizer racecheck over kernel harnesses, alone on the GPU, each harness split into
+# shards (GEMMA_HARNESS_SHARD, tests/kernels/HarnessCommon.h) that run through a pool of parallel
+# jobs. The full verification (scripts/gpu_verify.sh) runs racecheck beside every other sanitizer
+# job, where test_attention's slowest cases cannot finish (docs/PERFORMANCE.md version 22 step 4:
+# alone, in shards of 42, the slowest shard took ≈ 240 s); this script is the call that covers
+# every case. A harness without shards (all but test_attention) runs as one job.
+#   GPU_RACE_HARNESSES  harnesses to check (default: test_attention test_topk)
+#   GPU_RACE_SHARDS     shards of test_attention (default 42)
+#   GPU_RACE_JOBS       jobs at once (default: the CPU count)
+#   GPU_RACE_TIMEOUT    seconds per job (default 300)
+# Builds the harnesses (as scripts/gpu_kernels.sh does) when /tmp/gemma-kernels-build lacks them.
+# Output: $OUT/race.txt, a line per job (exit status, checks, racecheck summary) and a total.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-/tmp/race-out}
+BUILD=${GPU_KERNELS_BUILD:-/tmp/gemma-kernels-build}
+HARNESSES=${GPU_RACE_HARNESSES:-"test_attention test_topk"}
+SHARDS=${GPU_RACE_SHARDS:-42}
+JOBS=${GPU_RACE_JOBS:-$(nproc)}
+TIMEOUT=${GPU_RACE_TIMEOUT:-300}
+mkdir -p "$OUT" "$BUILD/race"
+start=$(date +%s)
+
+for h in $HARNESSES; do
+  if [[ ! -x "$BUILD/$h" ]]; then
+    cmake -S "$ROOT/tests/kernels" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
+      cmake --build "$BUILD" -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+    break
+  fi
+done
+
+# One line per job: "harness shard": the shard is i/n, or "-" for the whole harness.
+jobs_file="$BUILD/race/jobs.txt"
+: > "$jobs_file"
+for h in $HARNESSES; do
+  if [[ $h == test_attention ]]; then
+    for ((i = 0; i < SHARDS; ++i)); do echo "$h $i/$SHARDS" >> "$jobs_file"; done
+  else
+    echo "$h -" >> "$jobs_file"
+  fi
+done
+
+run_job() {
+  local h=$1 shard=$2 log
+  log="$BUILD/race/$h.${shard//\//-of-}.log"
+  local env_shard=
+  [[ $shard != - ]] && env_shard=$shard
+  GEMMA_HARNESS_QUICK=1 GEMMA_HARNESS_SHARD=$env_shard timeout "$TIMEOUT" compute-sanitizer --tool racecheck \
+    --error-exitcode 99 --print-limit 20 "$BUILD/$h" > "$log" 2>&1
+  local rc=$?
+  echo "$h $shard rc=$rc $(grep -E '^SUMMARY' "$log" | sed 's/^SUMMARY //') | $(grep -E 'RACECHECK SUMMARY' "$log" | sed 's/=* *//')"
+}
+export -f run_job
+export BUILD TIMEOUT
+xargs -P "$JOBS" -L 1 bash -c 'run_job "$0" "$1"' < "$jobs_file" | sort -V > "$OUT/race.txt"
+
+total=$(wc -l < "$OUT/race.txt")
+clean=$(grep -c "rc=0 .*0 hazards displayed (0 errors, 0 warnings)" "$OUT/race.txt")
+echo "racecheck: $clean of $total jobs clean in $(( $(date +%s) - start )) s (jobs at once: $JOBS, timeout $TIMEOUT s)" >> "$OUT/race.txt"
+# A failing job's log explains it (at most three come back).
+grep -v "rc=0 " "$OUT/race.txt" | grep -v "^racecheck:" | head -3 | while read -r h shard _; do
+  cp "$BUILD/race/$h.${shard//\//-of-}.log" "$OUT/" 2>/dev/null
+done
+cat "$OUT/race.txt"
