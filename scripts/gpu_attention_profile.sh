@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Where the decode attention's fixed cost goes (docs/PERFORMANCE.md version 22, next levers 2):
-# test_attention's timing lines and Nsight Compute's stall sampling for chosen fused cases, each
-# alone (GEMMA_FIXTURES filters the fused cases by name since version 22). The defaults are the
-# 12b's sliding layer at the full f32 window (the cluster form, 16.5 µs per layer), the same at a
-# short band (8 µs), and the 12b's full layer at a short band (the pieces with the norm + RoPE
-# inside, then the merge: ≈ 14 µs per layer in the step's kernel timeline).
+# Where the decode attention's fixed cost goes (docs/PERFORMANCE.md version 22, next lever 0):
+# test_attention's timing lines and Nsight Compute's stall sampling by source line for chosen
+# fused cases, each alone (GEMMA_FIXTURES filters the fused cases by name since version 22). The
+# defaults are the 12b's sliding layer at the full f32 window (the cluster form, 16.5 µs per
+# layer), the same at a short band (8 µs), and the 12b's full layer at a short band (the pieces
+# with the norm + RoPE inside, then the merge: ≈ 14 µs per layer in the step's kernel timeline).
 #   GPU_PROFILE_CASES   ';'-separated fused-case names (default: the three above)
 #   GPU_PROFILE_COUNT   kernels profiled per case (default 6: the case's first matching launches)
 # Builds test_attention in /tmp/gemma-kernels-build (scripts/gpu_kernels.sh's build directory).
@@ -23,9 +23,9 @@ source_report="$OUT/attention-source.txt"
 : > "$report"
 : > "$source_report"
 
-# Configured with line tables (GEMMA_CUDA_LINEINFO: the same code, named source lines in the
-# stall sampling); an existing harness build is reused and only recompiles for the option.
-cmake -S "$ROOT/tests/kernels" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DGEMMA_CUDA_LINEINFO=ON > "$OUT/build.log" 2>&1 &&
+# The harness compiles the kernels' sources itself, with line tables (-lineinfo, the same code), so
+# the stall sampling names source lines; an existing harness build is reused.
+cmake -S "$ROOT/tests/kernels" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
   cmake --build "$BUILD" -j "$(nproc)" --target test_attention >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 
 IFS=';' read -r -a cases <<< "$CASES"
