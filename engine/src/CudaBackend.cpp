@@ -188,7 +188,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          fusedPiecesNormRope_(options.fusedPiecesNormRope),
+          fusedPiecesNormRope_(options.fusedPiecesNormRope), piecesBandPrefetch_(options.piecesBandPrefetch),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
@@ -294,6 +294,7 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
+               (fusedPiecesNormRope_ && tensorCoreAttention_ && piecesBandPrefetch_ ? " (band prefetched)" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
@@ -1696,6 +1697,9 @@ private:
         kc::AttentionDecodeParams d = attentionParams(l, 1);
         d.fuseNormRope = true;
         d.normRope = normRopeParams(l, 1);
+        // The band's earlier positions were written by earlier steps (each a graph launch or
+        // direct launches after a host copy), as the cluster form's prefetch requires.
+        d.prefetchBand = piecesBandPrefetch_;
         return d;
     }
 
@@ -1815,6 +1819,7 @@ private:
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool fusedPiecesNormRope_ = true;   // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
+    bool piecesBandPrefetch_ = false;   // OpenOptions::piecesBandPrefetch (piecesNormRopeParams)
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)

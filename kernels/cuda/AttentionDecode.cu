@@ -1042,6 +1042,7 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.outStride = p.outStride;
     f.fuseNormRope = p.fuseNormRope;
     f.normRope = p.normRope;
+    f.prefetchBand = p.prefetchBand && p.tensorCores && p.fuseNormRope;  // the pieces' band before the wait
     return f;
 }
 

@@ -86,9 +86,10 @@ struct AttentionDecodeParams {
     // else the largest whose clusters are all resident at once; no workspace is read. Unsupported
     // below sm_90. Made for bands of at most a window: every block reads band / C keys in order.
     bool cluster = false;
-    // Cluster form only: read positions[0] and load the first chunk of the band's earlier
-    // positions before waiting for the kernel before (programmatic launch), so the loads overlap
-    // its tail. Correct only where the band's earlier positions and `positions` were written
+    // Cluster form, and tensor-core pieces with fuseNormRope (AttentionPrefillParams::
+    // prefetchBand; ignored by the other forms): read positions[0] and load the first chunk (the pieces: their first
+    // staged tiles) of the band's earlier positions before waiting for the kernel before
+    // (programmatic launch), so the loads overlap its tail. Correct only where the band's earlier positions and `positions` were written
     // before the previous kernel's own predecessors could still run: by an earlier decode step
     // separated by a graph launch or a host copy (the CUDA backend's decode steps). The current
     // position's rows are loaded after the wait.

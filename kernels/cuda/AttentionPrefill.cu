@@ -80,6 +80,20 @@
 // query tiles per kv head (groups above the tile's rows) each tile's block writes the row, the same
 // bits. Nothing writes q: other blocks read it raw.
 //
+// ---- Band before the wait (AttentionPrefillParams::prefetchBand; one decode row) ---------------
+// The decode pieces' K/V tiles of the band's earlier positions were written by earlier decode
+// steps, and `positions` before the step, so, as the cluster kernel's prefetchBand, a block may
+// read positions, form its hull and issue its first `stages` phases before the dependency wait;
+// with a programmatic launch those loads overlap the q/k/v matvec's tail. The query's own K and V
+// rows are written in this step (by the fused prologue after the wait, or by a KV-shared layer's
+// source layer), so in those early phases their chunks are zero-filled (nothing read) and the
+// conversion reads them from the cache once the block's barrier after the prologue has passed;
+// later phases are issued after that barrier as before.
+// The same bytes reach the tiles, so the output is bit-identical to the form without it
+// (test_attention). An instance of its own (kFusedEarlyForm, with the fused norm + RoPE, the
+// decode pieces' default), so the other instances keep their code. An experiment, off by default
+// (docs/PERFORMANCE.md version 22 step 8).
+//
 // ---- Numerics ----------------------------------------------------------------------------------
 // q, K and V are rounded to fp16 (11-bit significand) when staged: they are RMS-normed values,
 // far inside fp16's range (|x| < 65504 is a precondition; bf16 caches convert exactly unless a
@@ -212,11 +226,10 @@ __device__ __forceinline__ void cpAsyncWaitStages(int stages) {
     }
 }
 
-// One 16-byte raw chunk (8 bf16 or 4 fp32 values) → fp16 at dst (16 or 8 bytes, aligned).
+// One 16-byte raw chunk's bits (8 bf16 or 4 fp32 values) → fp16 at dst (16 or 8 bytes, aligned).
 template <typename KvT>
-__device__ __forceinline__ void convertChunk(const unsigned char* src, __half* dst) {
+__device__ __forceinline__ void convertBits(const uint4 u, __half* dst) {
     if constexpr (sizeof(KvT) == 2) {
-        const uint4 u = *reinterpret_cast<const uint4*>(src);
         uint4 h;
         h.x = packHalf2(bf16LoToFloat(u.x), bf16HiToFloat(u.x));
         h.y = packHalf2(bf16LoToFloat(u.y), bf16HiToFloat(u.y));
@@ -224,9 +237,14 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
         h.w = packHalf2(bf16LoToFloat(u.w), bf16HiToFloat(u.w));
         *reinterpret_cast<uint4*>(dst) = h;
     } else {
-        const float4 f = *reinterpret_cast<const float4*>(src);
-        *reinterpret_cast<uint2*>(dst) = make_uint2(packHalf2(f.x, f.y), packHalf2(f.z, f.w));
+        *reinterpret_cast<uint2*>(dst) = make_uint2(packHalf2(__uint_as_float(u.x), __uint_as_float(u.y)),
+                                                    packHalf2(__uint_as_float(u.z), __uint_as_float(u.w)));
     }
+}
+// The same from 16 bytes of shared memory (a raw stage).
+template <typename KvT>
+__device__ __forceinline__ void convertChunk(const unsigned char* src, __half* dst) {
+    convertBits<KvT>(*reinterpret_cast<const uint4*>(src), dst);
 }
 
 // The band [lo, hi] of the query at `pos` (empty: lo > hi); with p.splits > 1 (one row) only
@@ -253,11 +271,16 @@ __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int p
 // ---- kernel ----------------------------------------------------------------------------------------
 // cap32 = min(capacity, INT_MAX) (positions are int, so the slot arithmetic fits 32 bits);
 // stages = raw ring depth (1..kMaxStages), shared memory = sharedBytes<D, KvT>(stages).
-// kFusedNormRope: p.fuseNormRope (validated: one row), "Fused norm + RoPE" above.
-template <int D, typename KvT, bool kFusedNormRope>
+// kForm: kPrefillForm, or p.fuseNormRope (validated: one row, "Fused norm + RoPE" above) without
+// (kFusedForm) or with p.prefetchBand (kFusedEarlyForm, "Band before the wait"): three instances,
+// so neither experiment changes the code of the forms without it.
+constexpr int kPrefillForm = 0, kFusedForm = 1, kFusedEarlyForm = 2;
+template <int D, typename KvT, int kForm>
 __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     attentionPrefillKernel(const AttentionPrefillParams p, const int cap32, const int stages) {
     using Sh = Shape<D>;
+    constexpr bool kFusedNormRope = kForm != kPrefillForm;
+    constexpr bool early = kForm == kFusedEarlyForm;
     constexpr int BN = Sh::kKeys;
     constexpr int WD = Sh::kWarpsD;
     constexpr int DW = Sh::kDims;
@@ -297,8 +320,13 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const int G = p.qHeads / p.kvHeads;
     const int mTotal = p.rows * G;
     const int dBase = wd * DW;
-    gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
-    allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
+    // `early` (prefetchBand; one decode row): positions and the band's earlier positions were
+    // written by earlier decode steps, so the first phases load before the wait ("Band before the
+    // wait" above); otherwise nothing is read before it.
+    if constexpr (!early) {
+        gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
+        allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
+    }
 
     // ---- this lane's two rows (fragment rows grp and grp + 8 of the warp's 16) -------------------
     // Band [lo, hi]; padded pairs past rows·g get the empty band [1, 0] and are never written.
@@ -341,6 +369,57 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     if (lane == 0) {
         hullScratch[2 * warp] = hullLo;
         hullScratch[2 * warp + 1] = hullHi;
+    }
+
+    // ---- staging: phase 2t = K tile t, phase 2t + 1 = V tile t -------------------------------------
+    const unsigned char* kSrc = static_cast<const unsigned char*>(p.kCache) + static_cast<long long>(kvh) * kRowBytes;
+    const unsigned char* vSrc = static_cast<const unsigned char*>(p.vCache) + static_cast<long long>(kvh) * kRowBytes;
+    const long long slotBytes = static_cast<long long>(p.kvHeads) * kRowBytes;
+    const int keyBase = tid / kChunksPerKey;  // this thread's first key of a tile
+    const int chunk = tid % kChunksPerKey;    // and its 16-byte column within the key's row
+    int kLo = INT_MAX, kHi = INT_MIN, nTiles = 0;  // the block's hull (after the hull barrier)
+    const auto blockHull = [&] {
+#pragma unroll
+        for (int w = 0; w < Sh::kWarps; ++w) {
+            kLo = min(kLo, hullScratch[2 * w]);
+            kHi = max(kHi, hullScratch[2 * w + 1]);
+        }
+        nTiles = kHi >= kLo ? (kHi - kLo) / BN + 1 : 0;
+    };
+    // The query's position (one row) when its phases went out before the wait: its K and V rows
+    // are written this step (by the prologue below or the kernel before), so they are read after
+    // the wait; INT_MIN otherwise (no key is skipped).
+    const int current = early ? p.positions[0] : INT_MIN;  // (INT_MIN: never a key)
+
+    // Copies this thread's chunks of `phase` into raw slot `slot`; always commits one group (empty
+    // past the last phase) so that the wait count stays `stages − 1`. Before the wait
+    // (`beforeWait`) the current position's chunks are zero-filled instead (nothing read); the
+    // conversion reads them from the cache.
+    auto issue = [&](int phase, int slot, bool beforeWait) {
+        if (phase < 2 * nTiles) {
+            const unsigned char* src = (phase & 1) ? vSrc : kSrc;
+            unsigned char* dst = raw + slot * kPhaseBytes;
+            const int first = kLo + (phase >> 1) * BN + keyBase;
+            int ring = first % cap32;
+#pragma unroll
+            for (int i = 0; i < kChunksPerThread; ++i) {
+                const int key = first + i * kKeyStride;
+                const bool live = key <= kHi && !(beforeWait && key == current);
+                const unsigned char* g = live ? src + ring * slotBytes + chunk * 16 : src;
+                cpAsync16(dst + (tid + i * NT) * 16, g, live);  // !live: 16 zero bytes, nothing read
+                ring += kKeyStride;
+                while (ring >= cap32) ring -= cap32;  // at most once unless capacity < kKeyStride
+            }
+        }
+        cpAsyncCommit();
+    };
+    if constexpr (early) {
+        __syncthreads();  // hull scratch complete
+        blockHull();
+        if (nTiles > 0)
+            for (int s = 0; s < stages; ++s) issue(s, s, true);
+        gridDependencyWait();      // q, k, v (and the current rows) come from the kernel before
+        allowDependentsToStart();  // the merge kernel may be scheduled now
     }
 
     // ---- fused norm + RoPE (one decode row): this tile's query heads, fp16, into the K/V tile
@@ -411,54 +490,32 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const float scaleLog2 = p.scale * 1.4426950408889634f;
 
     __syncthreads();  // hull scratch complete (fused: also the staged q and the cache row written)
-    int kLo = INT_MAX, kHi = INT_MIN;
-#pragma unroll
-    for (int w = 0; w < Sh::kWarps; ++w) {
-        kLo = min(kLo, hullScratch[2 * w]);
-        kHi = max(kHi, hullScratch[2 * w + 1]);
-    }
-    const int nTiles = kHi >= kLo ? (kHi - kLo) / BN + 1 : 0;
+    if constexpr (!early) blockHull();
 
-    // ---- staging: phase 2t = K tile t, phase 2t + 1 = V tile t -------------------------------------
-    const unsigned char* kSrc = static_cast<const unsigned char*>(p.kCache) + static_cast<long long>(kvh) * kRowBytes;
-    const unsigned char* vSrc = static_cast<const unsigned char*>(p.vCache) + static_cast<long long>(kvh) * kRowBytes;
-    const long long slotBytes = static_cast<long long>(p.kvHeads) * kRowBytes;
-    const int keyBase = tid / kChunksPerKey;  // this thread's first key of a tile
-    const int chunk = tid % kChunksPerKey;    // and its 16-byte column within the key's row
-
-    // Copies this thread's chunks of `phase` into raw slot `slot`; always commits one group (empty
-    // past the last phase) so that the wait count stays `stages − 1`.
-    auto issue = [&](int phase, int slot) {
-        if (phase < 2 * nTiles) {
-            const unsigned char* src = (phase & 1) ? vSrc : kSrc;
-            unsigned char* dst = raw + slot * kPhaseBytes;
-            const int first = kLo + (phase >> 1) * BN + keyBase;
-            int ring = first % cap32;
-#pragma unroll
-            for (int i = 0; i < kChunksPerThread; ++i) {
-                const bool live = first + i * kKeyStride <= kHi;
-                const unsigned char* g = live ? src + ring * slotBytes + chunk * 16 : src;
-                cpAsync16(dst + (tid + i * NT) * 16, g, live);  // !live: 16 zero bytes, nothing read
-                ring += kKeyStride;
-                while (ring >= cap32) ring -= cap32;  // at most once unless capacity < kKeyStride
-            }
-        }
-        cpAsyncCommit();
-    };
-    // Converts the chunks this thread copied for `phase` (raw slot `slot`) into the fp16 tile.
+    // Converts the chunks this thread copied for `phase` (raw slot `slot`) into the fp16 tile; the
+    // current position's chunks of the phases issued before the wait come from the cache itself
+    // (written before the barrier above, or by a kernel that completed before the wait).
     auto convert = [&](int phase, int slot) {
         if (phase >= 2 * nTiles) return;
         const unsigned char* src = raw + slot * kPhaseBytes + tid * 16;
         __half* dst = ((phase & 1) ? vTile : kTile) + keyBase * kPitch + chunk * kHalvesPerChunk;
+        const int first = kLo + (phase >> 1) * BN + keyBase;
 #pragma unroll
-        for (int i = 0; i < kChunksPerThread; ++i)
-            convertChunk<KvT>(src + i * NT * 16, dst + i * kKeyStride * kPitch);
+        for (int i = 0; i < kChunksPerThread; ++i) {
+            if (early && phase < stages && first + i * kKeyStride == current) {
+                // From L2 (ld.global.cg): nothing of this slot can be in this SM's L1 before.
+                const unsigned char* row = ((phase & 1) ? vSrc : kSrc) + static_cast<long long>(current % cap32) * slotBytes;
+                convertBits<KvT>(__ldcg(reinterpret_cast<const uint4*>(row + chunk * 16)), dst + i * kKeyStride * kPitch);
+            } else {
+                convertChunk<KvT>(src + i * NT * 16, dst + i * kKeyStride * kPitch);
+            }
+        }
     };
     int slot = 0;  // raw slot of the next phase to convert (= phase % stages)
     auto step = [&](int phase) {
         cpAsyncWaitStages(stages);
         convert(phase, slot);
-        issue(phase + stages, slot);  // refill the slot this thread just drained
+        issue(phase + stages, slot, false);  // refill the slot this thread just drained
         slot = slot + 1 == stages ? 0 : slot + 1;
     };
 
@@ -470,7 +527,8 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const __half* vFrag = vTile + ((lane & 7) + ((lane >> 3) & 1) * 8) * kPitch + dBase + ((lane >> 4) & 1) * 8;
 
     if (nTiles > 0) {
-        for (int s = 0; s < stages; ++s) issue(s, s);
+        if constexpr (!early)
+            for (int s = 0; s < stages; ++s) issue(s, s, false);
         if constexpr (kFusedNormRope) {
             // The staged heads as this warp's fragments (padded rows: zero, as unfused).
             const std::uint32_t* row0 = reinterpret_cast<const std::uint32_t*>(qStaged + (wm * 16 + grp) * kPitch + dBase + 2 * tig);
@@ -674,14 +732,14 @@ inline bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p
 // Staging depth for one instantiation on one device, cached per host thread: the depth that
 // maximises blocks/SM × stages (cp.async tiles in flight per SM), ties to more blocks. Occupancy
 // comes from the runtime, so registers and the device's shared memory both count.
-template <int D, typename KvT, bool kFusedNormRope>
+template <int D, typename KvT, int kForm>
 KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
     thread_local Plan cached;
     if (cached.device == facts.device) {
         out = cached;
         return KernelStatus::Ok;
     }
-    const auto kernel = attentionPrefillKernel<D, KvT, kFusedNormRope>;
+    const auto kernel = attentionPrefillKernel<D, KvT, kForm>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              facts.maxSharedPerBlockOptin) != cudaSuccess)
         return KernelStatus::LaunchFailed;
@@ -728,18 +786,21 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     if (p.splits > 1 && (p.rows != 1 || !p.partO || !p.partML || !aligned8(p.partO) || !aligned8(p.partML)))
         return KernelStatus::InvalidArgument;
     if (p.fuseNormRope && (p.rows != 1 || !normRopeDescribes(p.normRope, p))) return KernelStatus::InvalidArgument;
+    if (p.prefetchBand && (p.rows != 1 || !p.fuseNormRope)) return KernelStatus::InvalidArgument;
     return KernelStatus::Ok;
 }
 
-// Calls f.template operator()<D, KvT, kFusedNormRope>() for the parameters' head dim, cache dtype
-// and fuseNormRope.
+// Calls f.template operator()<D, KvT, kForm>() for the parameters' head dim, cache dtype and form
+// (fuseNormRope, prefetchBand).
 template <typename F>
 KernelStatus dispatch(const AttentionPrefillParams& p, F&& f) {
     const auto forDim = [&]<int D>() {
         const bool bf16 = p.kvDtype == KvDtype::BF16;
+        if (p.fuseNormRope && p.prefetchBand)
+            return bf16 ? f.template operator()<D, std::uint16_t, kFusedEarlyForm>() : f.template operator()<D, float, kFusedEarlyForm>();
         if (p.fuseNormRope)
-            return bf16 ? f.template operator()<D, std::uint16_t, true>() : f.template operator()<D, float, true>();
-        return bf16 ? f.template operator()<D, std::uint16_t, false>() : f.template operator()<D, float, false>();
+            return bf16 ? f.template operator()<D, std::uint16_t, kFusedForm>() : f.template operator()<D, float, kFusedForm>();
+        return bf16 ? f.template operator()<D, std::uint16_t, kPrefillForm>() : f.template operator()<D, float, kPrefillForm>();
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();
@@ -772,13 +833,13 @@ KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     if (valid != KernelStatus::Ok) return valid;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-    return dispatch(p, [&]<int D, typename KvT, bool kFusedNormRope>() {
+    return dispatch(p, [&]<int D, typename KvT, int kForm>() {
         Plan pl;
-        const KernelStatus st = planFor<D, KvT, kFusedNormRope>(facts, pl);
+        const KernelStatus st = planFor<D, KvT, kForm>(facts, pl);
         if (st != KernelStatus::Ok) return st;
         dim3 grid;
         if (!gridFor<D>(p, grid)) return KernelStatus::Unsupported;
-        return f.template operator()<D, KvT, kFusedNormRope>(pl, grid);
+        return f.template operator()<D, KvT, kForm>(pl, grid);
     });
 }
 }  // namespace prefilldetail
@@ -794,7 +855,7 @@ bool normRopeDescribes(const QkvNormRopeParams& r, const AttentionPrefillParams&
 
 KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPrefillPlan& plan) {
     using namespace prefilldetail;
-    return withLaunchShape(p, [&]<int D, typename KvT, bool>(const Plan& pl, dim3 grid) {
+    return withLaunchShape(p, [&]<int D, typename KvT, int>(const Plan& pl, dim3 grid) {
         plan.threads = Shape<D>::kThreads;
         plan.rowsPerBlock = Shape<D>::kRows;
         plan.keysPerTile = Shape<D>::kKeys;
@@ -810,8 +871,8 @@ KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPref
 KernelStatus launchAttentionPrefill(const AttentionPrefillParams& p, cudaStream_t stream) {
     using namespace prefilldetail;
     const int cap32 = p.capacity > INT_MAX ? INT_MAX : static_cast<int>(p.capacity);
-    return withLaunchShape(p, [&]<int D, typename KvT, bool kFusedNormRope>(const Plan& pl, dim3 grid) {
-        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, kFusedNormRope>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
+    return withLaunchShape(p, [&]<int D, typename KvT, int kForm>(const Plan& pl, dim3 grid) {
+        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, kForm>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
                                              p.programmaticLaunch, p, cap32, pl.stages);
         return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
     });

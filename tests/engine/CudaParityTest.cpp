@@ -281,6 +281,20 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
         separatePieces(o);
     };
     const Generation threeBandSeparateRun = bandFormsCase("three band forms, norm + RoPE before the pieces", threeBandsSeparate, "");
+    // The pieces' band before the wait (OpenOptions::piecesBandPrefetch, an experiment): the same
+    // bytes reach the pieces, so the default run's logits bit for bit, and the device chain the
+    // per-step path's ids, alone and between timed steps; the backend line says so.
+    const auto bandFirst = [](gemma::OpenOptions& o) { o.piecesBandPrefetch = true; };
+    const Generation bandFirstRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                                             gemma::OpenOptions{}.programmaticLaunch, true, bandFirst);
+    EXPECT_EQ(bandFirstRun.logits, exact.logits) << "pieces' band before the wait: logits bit-identical to the default run";
+    EXPECT_EQ(bandFirstRun.tokens, exact.tokens) << "pieces' band before the wait";
+    for (int every : {0, 5}) {
+        EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, bandFirst), bandFirstRun.tokens)
+            << "pieces' band before the wait, device chain, instrumentEvery " << every;
+    }
+    EXPECT_NE(backendLine(bandFirst).find("norm + RoPE inside the tensor-core pieces (band prefetched)"), std::string::npos)
+        << backendLine(bandFirst);
     const std::string defaultLine = backendLine([](gemma::OpenOptions&) {});
     EXPECT_NE(defaultLine.find("norm + RoPE inside the tensor-core pieces"), std::string::npos) << "on by default: " << defaultLine;
     // The default pieces' band limit (kernels::kFullAttentionBandKeys), stated whatever the

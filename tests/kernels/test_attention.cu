@@ -573,6 +573,19 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("pieces " + f.name + ": output bit-identical to norm+RoPE, pieces, merge", same, note);
         report.addCheck("pieces " + f.name + ": K/V cache bit-identical, raw q untouched", cachesSame && dq.download() == q,
                         cachesSame ? "" : "cache differs");
+        // The band before the wait (prefetchBand): the same bytes reach the tiles, so the same bits
+        // (the current slot is NaN before each launch: read early, it would poison the output).
+        gc::AttentionDecodeParams prefetched = fusedPieces;
+        prefetched.prefetchBand = true;
+        bool prefetchedSame = true;
+        const bool prefetchedCaches = repeatedLaunches(
+            prefetched,
+            [&](const std::vector<float>& launched) {
+                prefetchedSame &= std::memcmp(launched.data(), wantPieces.data(), launched.size() * sizeof(float)) == 0;
+            },
+            [&] { pieceWs.poison(); });
+        report.addCheck("pieces " + f.name + ": band before the wait, output and K/V cache bit-identical",
+                        prefetchedSame && prefetchedCaches, prefetchedSame ? (prefetchedCaches ? "" : "cache differs") : "output differs");
         // One stored cache element as a double.
         const auto storedValue = [&](const std::vector<std::uint8_t>& bytes, std::int64_t index) -> double {
             if (bf16) {
@@ -645,10 +658,11 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         }
         // Programmatic launch: only the last producer overlaps the kernel, so each input it reads
         // after its wait is produced last once (q; then k, or for a KV-shared layer the current
-        // position's cache rows, which its source layer writes in the same step).
-        for (const bool queryLast : {true, false}) {
+        // position's cache rows, which its source layer writes in the same step); with the band
+        // before the wait too, whose early loads must leave those inputs alone.
+        for (const auto& [queryLast, bandFirst] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
             Producer producer(true);
-            gc::AttentionDecodeParams early = fusedPieces;
+            gc::AttentionDecodeParams early = bandFirst ? prefetched : fusedPieces;
             early.programmaticLaunch = true;
             dkc.upload(kBytes);
             dvc.upload(vBytes);
@@ -676,8 +690,8 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
             HCHECK(cudaDeviceSynchronize());
             const auto late = dout.download();
-            report.addCheck("pieces " + f.name + ": programmatic launch, " + (queryLast ? "q" : f.kvShared ? "cache rows" : "k") +
-                                " produced last",
+            report.addCheck("pieces " + f.name + ": programmatic launch" + (bandFirst ? " (band before the wait), " : ", ") +
+                                (queryLast ? "q" : f.kvShared ? "cache rows" : "k") + " produced last",
                             std::memcmp(late.data(), wantPieces.data(), late.size() * sizeof(float)) == 0 && dkc.download() == wantK &&
                                 dvc.download() == wantV,
                             "");
@@ -690,6 +704,12 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         bad.rows = 2;
         report.addCheck("pieces " + f.name + ": two rows refused", gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument,
                         "");
+        // The band before the wait exists only in the fused instance (one row): the prefill
+        // kernel refuses it elsewhere.
+        gc::AttentionPrefillParams unfusedEarly = gc::attentionPrefillForm(plain);
+        unfusedEarly.prefetchBand = true;
+        report.addCheck("pieces " + f.name + ": band before the wait without the norm + RoPE refused",
+                        gc::launchAttentionPrefill(unfusedEarly, nullptr) == gc::KernelStatus::InvalidArgument, "");
     }
     // The fused launch's time against its split count (information only): each block's piece is
     // short at a full window, and the last block merges every split of the group.
