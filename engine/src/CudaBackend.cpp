@@ -189,6 +189,7 @@ public:
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           fusedPiecesNormRope_(options.fusedPiecesNormRope), piecesBandPrefetch_(options.piecesBandPrefetch),
+          clusterPushMerge_(options.clusterPushMerge),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
@@ -296,7 +297,7 @@ public:
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ && piecesBandPrefetch_ ? " (band prefetched)" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
-                                         (attentionPrefetch_ ? " (band prefetched)" : "") +
+                                         (attentionPrefetch_ ? " (band prefetched)" : "") + (clusterPushMerge_ ? " (push merge)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
                                          (clusterShortLayers_ > 0 ? ", and on " + std::to_string(clusterShortLayers_) + " full layers up to " +
                                                                         std::to_string(clusterFullKeys_) + " keys"
@@ -1606,6 +1607,7 @@ private:
         d.cluster = true;
         d.tensorCores = false;
         d.clusterHeadSplit = clusterAttentionHeadSplit_ && kc::clusterHeadSplitPays(d.headDim, d.qHeads / d.kvHeads) ? 2 : 1;
+        d.clusterPushMerge = clusterPushMerge_;
     }
     bool clusterAttentionFor(int l, int rows) const {
         const auto i = static_cast<std::size_t>(l);
@@ -1820,6 +1822,7 @@ private:
     bool tensorCoreSlidingAttention_ = false;
     bool fusedPiecesNormRope_ = true;   // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
     bool piecesBandPrefetch_ = false;   // OpenOptions::piecesBandPrefetch (piecesNormRopeParams)
+    bool clusterPushMerge_ = false;     // OpenOptions::clusterPushMerge (clusterForm)
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)

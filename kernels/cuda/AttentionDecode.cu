@@ -494,12 +494,15 @@ __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
     return kClusterChunkBytes / (2 * d * elemBytes) < kClusterMaxKeys ? kClusterChunkBytes / (2 * d * elemBytes) : kClusterMaxKeys;
 }
 // Shared memory: K and V rows of a chunk, the current position's K and V rows, q, the chunk's
-// scores, then O, m, l, alpha (fp32).
+// scores, then O, m, l, alpha, and the peers' (m, l) per head for the push merge (fp32; the
+// last, 2·kClusterMaxSize·group floats, in every instance, so both merges choose the same
+// cluster size: at most 1 KB more).
 __host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes, int group) {
     const std::size_t rowBytes = static_cast<std::size_t>(d) * elemBytes;
     const std::size_t keys = static_cast<std::size_t>(clusterChunkKeys(d, elemBytes));
     return 2 * keys * rowBytes + 2 * rowBytes +
-           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup);
+           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup +
+                            2 * static_cast<std::size_t>(kClusterMaxSize) * group);
 }
 
 template <typename KvT>
@@ -527,11 +530,12 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
 // G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
 // G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
 // so the scores read q from shared memory.
+// PUSH (AttentionDecodeParams::clusterPushMerge): the merge by remote stores ("Push merge" below).
 // HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
 // into their own shared rows, and only part 0 writes them to the cache.
-template <int D, typename KvT, int G, bool HEADSPLIT = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false, bool PUSH = false>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -564,6 +568,12 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     float* mRow = os + g * D;
     float* lRow = mRow + kClusterMaxGroup;
     float* alphaRow = lRow + kClusterMaxGroup;
+    float* peerML = alphaRow + kClusterMaxGroup;  // PUSH: [peer][head][m, l]
+    if constexpr (PUSH) {
+        // Arrive now, wait before the first remote store: a block stores into a peer's shared
+        // memory only once every block of the cluster has started.
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    }
 
     // prefetchBand: the band's earlier positions were written by earlier decode steps (a graph
     // launch or a host copy apart from this one, so complete), and so was positions[0]: both are
@@ -763,17 +773,57 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     }
 
     // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
-    if (tid < D) {
+    if (!PUSH && tid < D) {
 #pragma unroll
         for (int h = 0; h < G; ++h)
             if (h < g)
 #pragma unroll
                 for (int j = 0; j < DT; ++j) os[h * D + tid + j * kClusterThreads] = o[h][j];
     }
+    const int per = D / C;
+    if constexpr (PUSH) {
+        // Push merge: block `rank` sends peer c the dims [c·per, (c+1)·per) of its O into c's `os`
+        // at [rank][h][per] (the pull form's O area: the same g·D floats) and its (m, l) per head
+        // into c's peerML; one cluster barrier publishes them, then each block merges its own dims
+        // from its own memory with the pull form's sums in the same order (the same bits). Nothing
+        // reads a peer after the barrier, so no second barrier keeps the memory alive.
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block has started
+        if (tid < D) {
+#pragma unroll
+            for (int h = 0; h < G; ++h)
+                if (h < g)
+#pragma unroll
+                    for (int j = 0; j < DT; ++j) {
+                        const int dim = tid + j * kClusterThreads;
+                        const int c = dim / per;
+                        *cluster.map_shared_rank(os + (rank * g + h) * per + dim % per, c) = o[h][j];
+                    }
+        }
+        for (int idx = tid; idx < C * g; idx += kClusterThreads) {
+            const int c = idx / g, h = idx % g;
+            float* to = cluster.map_shared_rank(peerML + (rank * g + h) * 2, c);
+            to[0] = mRow[h];
+            to[1] = lRow[h];
+        }
+        cluster.sync();
+        for (int idx = tid; idx < g * per; idx += kClusterThreads) {
+            const int h = idx / per;
+            const int k = idx % per;
+            float M = -INFINITY;
+            for (int c = 0; c < C; ++c) M = fmaxf(M, peerML[(c * g + h) * 2]);
+            float num = 0.0f, den = 0.0f;
+            for (int c = 0; c < C; ++c) {
+                const float w = expf(peerML[(c * g + h) * 2] - M);  // an empty piece: m = -inf, weight 0
+                num = fmaf(w, os[(c * g + h) * per + k], num);
+                den = fmaf(w, peerML[(c * g + h) * 2 + 1], den);
+            }
+            p.out[static_cast<std::int64_t>(headBase + h) * D + rank * per + k] = num / den;
+        }
+        return;
+    }
     cluster.sync();
 
     // Merge dims [rank·D/C, (rank+1)·D/C) of every head of the group from the C blocks.
-    const int per = D / C;
     for (int idx = tid; idx < g * per; idx += kClusterThreads) {
         const int h = idx / per;
         const int dim = rank * per + idx % per;
@@ -902,11 +952,11 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 // ---- cluster form: host side ------------------------------------------------------------------------
 // Raises the kernel's limits once per device and host thread: the largest shared memory a group
 // of up to G needs, and cluster sizes above the portable 8.
-template <int D, typename KvT, int G, bool HEADSPLIT = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false, bool PUSH = false>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
-    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT>;
+    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT, PUSH>;
     const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -959,17 +1009,21 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     return chosen;
 }
 
-template <int D, typename KvT, int G, bool HEADSPLIT = false>
+// The size comes from the pull instance (clusterSizeTyped); the push instance has the same shared
+// memory and launch bounds, so the same clusters fit.
+template <int D, typename KvT, int G, bool HEADSPLIT = false, bool PUSH = false>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
+    if constexpr (!PUSH)
+        if (p.clusterPushMerge) return launchClusterTyped<D, KvT, G, HEADSPLIT, true>(p, size, device, stream);
     // The head split (clusterHeadSplit) is instantiated at head dim 256 with G 4 (validated by the
     // launcher).
     if constexpr (D == 256 && G == 4 && !HEADSPLIT)
-        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
-    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT>(device); err != cudaSuccess) return err;
+        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true, PUSH>(p, size, device, stream);
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT, PUSH>(device); err != cudaSuccess) return err;
     constexpr int kSplit = HEADSPLIT ? 2 : 1;
     const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads * kSplit), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
+    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT, PUSH>, grid, dim3(kClusterThreads), smem, stream,
                             p.programmaticLaunch, static_cast<unsigned>(size), p);
 }
 

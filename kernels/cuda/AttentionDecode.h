@@ -102,6 +102,13 @@ struct AttentionDecodeParams {
     // default). 0 or 1: one cluster per kv head. The CUDA backend splits where it pays
     // (clusterHeadSplitPays; docs/PERFORMANCE.md version 19).
     int clusterHeadSplit = 1;
+    // Cluster form: the merge pushes instead of pulling. Each block stores into every peer's shared
+    // memory the slice of its O that peer combines and its (m, l) per head, and after one cluster
+    // barrier every block merges from its own shared memory; the pull form's peer loads after the
+    // barrier and its second barrier (keeping each block's memory alive for its readers) go away.
+    // The same sums in the same order: the same bits. An experiment (docs/PERFORMANCE.md version 22
+    // step 9).
+    bool clusterPushMerge = false;
 };
 
 // Whether the cluster form can split a group of `group` query heads per kv head over two clusters

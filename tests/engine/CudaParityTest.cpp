@@ -295,6 +295,25 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     }
     EXPECT_NE(backendLine(bandFirst).find("norm + RoPE inside the tensor-core pieces (band prefetched)"), std::string::npos)
         << backendLine(bandFirst);
+    // The cluster attention's push merge (OpenOptions::clusterPushMerge, an experiment): the pull
+    // merge's sums in the same order, so again the default run's logits bit for bit, and the
+    // device chain's ids; with the short-band cluster form of the full layers too (where a
+    // golden's full layers take it), against that form's pull merge.
+    const auto pushMerge = [](gemma::OpenOptions& o) { o.clusterPushMerge = true; };
+    const Generation pushRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                                        gemma::OpenOptions{}.programmaticLaunch, true, pushMerge);
+    EXPECT_EQ(pushRun.logits, exact.logits) << "cluster push merge: logits bit-identical to the default run";
+    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, pushMerge), pushRun.tokens) << "cluster push merge, device chain";
+    const auto pushShortBand = [&](gemma::OpenOptions& o) {
+        shortBand(o);
+        pushMerge(o);
+    };
+    const Generation pushShortBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                                                 gemma::OpenOptions{}.programmaticLaunch, true, pushShortBand);
+    EXPECT_EQ(pushShortBandRun.logits, shortBandRun.logits) << "cluster push merge at a short band: bit-identical to the pull merge";
+    const std::string pushLine = backendLine(pushMerge);
+    if (pushLine.find("cluster attention on") != std::string::npos)
+        EXPECT_NE(pushLine.find("(push merge)"), std::string::npos) << pushLine;
     const std::string defaultLine = backendLine([](gemma::OpenOptions&) {});
     EXPECT_NE(defaultLine.find("norm + RoPE inside the tensor-core pieces"), std::string::npos) << "on by default: " << defaultLine;
     // The default pieces' band limit (kernels::kFullAttentionBandKeys), stated whatever the

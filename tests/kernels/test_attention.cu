@@ -532,6 +532,25 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                                 std::to_string(group) + ")",
                             gc::launchAttentionDecode(split, nullptr) == gc::KernelStatus::InvalidArgument, "");
         }
+        // The push merge (clusterPushMerge): the pull merge's sums in the same order, so one
+        // cluster per kv head's bits, with the head split too where it fits (at one cluster per kv
+        // head's size, forced); every cluster check besides, the programmatic one included.
+        for (const bool headSplit : {false, true}) {
+            if (headSplit && !gc::clusterHeadSplitFits(d, group)) continue;
+            gc::AttentionDecodeParams pushed = c;
+            if (headSplit) {
+                pushed.clusterHeadSplit = 2;
+                pushed.splits = gc::attentionDecodeSplits(c);
+            }
+            pushed.clusterPushMerge = true;
+            const std::string tag = headSplit ? "cluster heads split, push merge " : "cluster push merge ";
+            std::vector<float> pushedOut;
+            clusterChecks(pushed, tag, pushedOut);
+            report.addCheck(tag + f.name + ": bit-identical to the pull merge",
+                            pushedOut.size() == oneCluster.size() &&
+                                std::memcmp(pushedOut.data(), oneCluster.data(), pushedOut.size() * sizeof(float)) == 0,
+                            "cluster size " + std::to_string(gc::attentionDecodeSplits(pushed)));
+        }
         gc::AttentionDecodeParams twoRows = c;
         twoRows.rows = 2;
         report.addCheck("cluster " + f.name + ": two rows refused",

@@ -237,6 +237,12 @@ struct OpenOptions {
     // wait), as the cluster attention does (attentionPrefetch). The same logits bit for bit. An
     // experiment, off by default (docs/PERFORMANCE.md version 22 step 8; not yet run on a GPU).
     bool piecesBandPrefetch = false;
+    // CUDA, cluster attention: the blocks merge by pushing each peer its slice of O and their
+    // (m, l) into the peer's shared memory, then one cluster barrier (AttentionDecodeParams::
+    // clusterPushMerge), instead of loading them from every peer after the barrier and holding a
+    // second one. The same logits bit for bit. An experiment, off by default (docs/PERFORMANCE.md
+    // version 22 step 9; not yet run on a GPU).
+    bool clusterPushMerge = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
