@@ -8,7 +8,8 @@
 #   GPU_RACE_HARNESSES  harnesses to check (default: test_attention test_topk)
 #   GPU_RACE_SHARDS     shards of test_attention (default 42)
 #   GPU_RACE_JOBS       jobs at once (default: the CPU count)
-#   GPU_RACE_TIMEOUT    seconds per job (default 300)
+#   GPU_RACE_TIMEOUT    seconds per job (default 420: the slowest shard of 42 took ≈ 240 s alone in
+#                       version 22, before steps 8 and 9 added checks to every fused case)
 # Builds the harnesses (as scripts/gpu_kernels.sh does) when /tmp/gemma-kernels-build lacks them.
 # Output: $OUT/race.txt, a line per job (exit status, checks, racecheck summary) and a total.
 set -uo pipefail
@@ -18,7 +19,7 @@ BUILD=${GPU_KERNELS_BUILD:-/tmp/gemma-kernels-build}
 HARNESSES=${GPU_RACE_HARNESSES:-"test_attention test_topk"}
 SHARDS=${GPU_RACE_SHARDS:-42}
 JOBS=${GPU_RACE_JOBS:-$(nproc)}
-TIMEOUT=${GPU_RACE_TIMEOUT:-300}
+TIMEOUT=${GPU_RACE_TIMEOUT:-420}
 mkdir -p "$OUT" "$BUILD/race"
 start=$(date +%s)
 
