@@ -87,12 +87,13 @@ struct AttentionDecodeParams {
     // below sm_90. Made for bands of at most a window: every block reads band / C keys in order.
     bool cluster = false;
     // Cluster form, and tensor-core pieces with fuseNormRope (AttentionPrefillParams::
-    // prefetchBand; ignored by the other forms): read positions[0] and load the first chunk (the pieces: their first
-    // staged tiles) of the band's earlier positions before waiting for the kernel before
-    // (programmatic launch), so the loads overlap its tail. Correct only where the band's earlier positions and `positions` were written
-    // before the previous kernel's own predecessors could still run: by an earlier decode step
-    // separated by a graph launch or a host copy (the CUDA backend's decode steps). The current
-    // position's rows are loaded after the wait.
+    // prefetchBand; ignored by the other forms): read positions[0] and load the first chunk (the
+    // pieces: their first staged tiles) of the band's earlier positions before waiting for the
+    // kernel before (programmatic launch), so the loads overlap its tail. Correct only where the
+    // band's earlier positions and `positions` were written before the previous kernel's own
+    // predecessors could still run: by an earlier decode step separated by a graph launch or a
+    // host copy (the CUDA backend's decode steps). The current position's rows are loaded after
+    // the wait.
     bool prefetchBand = false;
     // Cluster form: 2 runs each kv head's query group as two clusters of half the group (query
     // heads split, the whole band read by both; head dim 256 and groups of 2, 4 or 8 only, else
