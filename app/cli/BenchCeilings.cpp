@@ -287,13 +287,13 @@ bool timeFp4Matvec(std::int64_t out, std::int64_t in, bool geglu, bool integerX,
     return true;
 }
 
-// The lm_head's launch over `codes` (vocab × hidden E4M3 bytes) with row scales 1/448 and x =
-// 0.01 (the kernel's time does not depend on the values), in the engine's form (`persistent`).
-// The buffers it needs besides the codes live in `buffers`.
+// Prepares `p`, the lm_head's launch over `codes` (vocab × hidden E4M3 bytes) with row scales 1/448
+// and x = 0.01 (the kernel's time does not depend on the values), in the engine's form
+// (`persistent`). The buffers it needs besides the codes live in `buffers`.
 struct LmHeadBuffers {
     Device scales, x, logits;
 };
-bool lmHeadLaunch(const void* codes, std::int64_t vocab, std::int64_t hidden, bool persistent, LmHeadBuffers& buffers,
+bool prepareLmHead(const void* codes, std::int64_t vocab, std::int64_t hidden, bool persistent, LmHeadBuffers& buffers,
                   cuda::Fp8LmHeadParams& p, std::string& error) {
     BENCH_CHECK(cudaMalloc(&buffers.scales.p, static_cast<std::size_t>(vocab) * 4));
     BENCH_CHECK(cudaMalloc(&buffers.x.p, static_cast<std::size_t>(hidden) * 4));
@@ -327,7 +327,7 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, Kernel
     for (int i = 0; i < 2; ++i) {
         BENCH_CHECK(cudaMalloc(&codes[i].p, codeBytes));
         if (!fillRandom(codes[i].p, codeBytes, static_cast<unsigned>(20 + i), error) ||
-            !lmHeadLaunch(codes[i].p, vocab, hidden, persistent, buffers[i], params[i], error))
+            !prepareLmHead(codes[i].p, vocab, hidden, persistent, buffers[i], params[i], error))
             return false;
     }
     double ms = 0.0;
@@ -345,14 +345,15 @@ bool timeLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, Kernel
 }
 
 bool timeSpacedLmHead(std::int64_t vocab, std::int64_t hidden, bool persistent, double gapMs, SpacedTiming& timing, std::string& error) {
-    const std::size_t codeBytes = (static_cast<std::size_t>(vocab) * hidden) & ~std::size_t{15};
+    const std::size_t total = static_cast<std::size_t>(vocab) * hidden;
+    const std::size_t codeBytes = total & ~std::size_t{15};  // the read probe's whole 16-byte loads
     Device codes, sink;
-    BENCH_CHECK(cudaMalloc(&codes.p, static_cast<std::size_t>(vocab) * hidden));
+    BENCH_CHECK(cudaMalloc(&codes.p, total));
     BENCH_CHECK(cudaMalloc(&sink.p, 1 << 20));
     LmHeadBuffers buffers;
     cuda::Fp8LmHeadParams p;
-    if (!fillRandom(codes.p, static_cast<std::size_t>(vocab) * hidden, 20, error) ||
-        !lmHeadLaunch(codes.p, vocab, hidden, persistent, buffers, p, error))
+    if (!fillRandom(codes.p, total, 20, error) ||
+        !prepareLmHead(codes.p, vocab, hidden, persistent, buffers, p, error))
         return false;
     cuda::StreamReadParams read;
     read.data = codes.p;

@@ -159,6 +159,11 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     const int count = static_cast<int>(greedy.size());
     const Generation cpu = generate(scratch / "model.gemma", gemma::Device::Cpu, prompt, count);
     const Generation exact = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32);
+    // The f32-cache run with the GEMM prefill and the default launch form, options changed by `adjust`.
+    const auto runWith = [&](const std::function<void(gemma::OpenOptions&)>& adjust) {
+        return generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
+                        gemma::OpenOptions{}.programmaticLaunch, true, adjust);
+    };
     // The prompt's logits come in chunks of 32 positions: the first runs the GEMM prefill (cuBLASLt
     // over dequantized weights, flash attention), the rest the matvecs; a second run prefills with
     // matvecs only.
@@ -166,9 +171,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // The GEMM prefill's default (OpenOptions::prefillInput) takes x as one FP16 except in the
     // down projections; x as FP16 hi + lo in every linear (the most exact form) under the same
     // budget. (x as one FP16 everywhere measured 2.03 % on 12b_like: docs/PERFORMANCE.md v14.)
-    const Generation split = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                      gemma::OpenOptions{}.programmaticLaunch, true,
-                                      [](gemma::OpenOptions& o) { o.prefillInput = gemma::PrefillInput::Split; });
+    const Generation split = runWith([](gemma::OpenOptions& o) { o.prefillInput = gemma::PrefillInput::Split; });
     compare(split, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(prefill x split) vs cpu", 2e-2);
     // The device-side greedy chain, alone and between timed steps, picks what the host argmax
     // picked over the same kernels' copied logits.
@@ -211,8 +214,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // step here and in the device chain below. The cluster form is fp32, the pieces fp16: the
     // tensor-core tolerance. The chain must pick the ids the per-step path picked.
     const auto shortBand = [](gemma::OpenOptions& o) { o.clusterFullAttentionKeys = 64; };
-    const Generation shortBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                             gemma::OpenOptions{}.programmaticLaunch, true, shortBand);  // the chain's prefill
+    const Generation shortBandRun = runWith(shortBand);  // the chain's prefill
     compare(shortBandRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(full layers in clusters up to 64 keys) vs cpu", 2e-2);
     EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, shortBand), shortBandRun.tokens) << "short-band device chain";
     // The backend line of an engine opened with `adjust` (the band forms name themselves there).
@@ -241,8 +243,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // fragment its backend line must hold.
     const auto bandFormsCase = [&](const std::string& label, const std::function<void(gemma::OpenOptions&)>& adjust,
                                    const std::string& lineFragment) {
-        const Generation run = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                        gemma::OpenOptions{}.programmaticLaunch, true, adjust);
+        const Generation run = runWith(adjust);
         compare(run, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(" + label + ") vs cpu", 2e-2);
         EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, adjust), run.tokens) << label << ", device chain";
         if (!lineFragment.empty()) {
@@ -261,8 +262,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // again with the three band forms above (the cluster form below 48 keys, the pieces split for
     // 64 keys, then the default pieces: both piece forms separate).
     const auto separatePieces = [](gemma::OpenOptions& o) { o.fusedPiecesNormRope = false; };
-    const Generation separatePiecesRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32,
-                                                  16, gemma::OpenOptions{}.programmaticLaunch, true, separatePieces);
+    const Generation separatePiecesRun = runWith(separatePieces);
     compare(separatePiecesRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(norm + RoPE before the pieces) vs cpu",
             2e-2);
     if (separatePiecesRun.logits.size() == exact.logits.size()) {
@@ -281,36 +281,34 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
         separatePieces(o);
     };
     const Generation threeBandSeparateRun = bandFormsCase("three band forms, norm + RoPE before the pieces", threeBandsSeparate, "");
+    // An experiment that must not change a bit: `adjust`'s run has `same`'s logits and tokens, and
+    // the device chain the per-step path's ids, alone and between timed steps.
+    const auto bitIdenticalCase = [&](const std::string& label, const std::function<void(gemma::OpenOptions&)>& adjust,
+                                      const Generation& same) {
+        const Generation run = runWith(adjust);
+        EXPECT_EQ(run.logits, same.logits) << label << ": logits bit-identical";
+        EXPECT_EQ(run.tokens, same.tokens) << label;
+        for (int every : {0, 5})
+            EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, adjust), run.tokens)
+                << label << ", device chain, instrumentEvery " << every;
+    };
     // The pieces' band before the wait (OpenOptions::piecesBandPrefetch, an experiment): the same
-    // bytes reach the pieces, so the default run's logits bit for bit, and the device chain the
-    // per-step path's ids, alone and between timed steps; the backend line says so.
+    // bytes reach the pieces, so the default run's bits; the backend line says so.
     const auto bandFirst = [](gemma::OpenOptions& o) { o.piecesBandPrefetch = true; };
-    const Generation bandFirstRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                             gemma::OpenOptions{}.programmaticLaunch, true, bandFirst);
-    EXPECT_EQ(bandFirstRun.logits, exact.logits) << "pieces' band before the wait: logits bit-identical to the default run";
-    EXPECT_EQ(bandFirstRun.tokens, exact.tokens) << "pieces' band before the wait";
-    for (int every : {0, 5}) {
-        EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, bandFirst), bandFirstRun.tokens)
-            << "pieces' band before the wait, device chain, instrumentEvery " << every;
-    }
+    bitIdenticalCase("pieces' band before the wait", bandFirst, exact);
     EXPECT_NE(backendLine(bandFirst).find("norm + RoPE inside the tensor-core pieces (band prefetched)"), std::string::npos)
         << backendLine(bandFirst);
     // The cluster attention's push merge (OpenOptions::clusterPushMerge, an experiment): the pull
-    // merge's sums in the same order, so again the default run's logits bit for bit, and the
-    // device chain's ids; with the short-band cluster form of the full layers too (where a
-    // golden's full layers take it), against that form's pull merge.
+    // merge's sums in the same order, so again the default run's bits; with the short-band cluster
+    // form of the full layers too (where a golden's full layers take it), that form's pull merge's.
     const auto pushMerge = [](gemma::OpenOptions& o) { o.clusterPushMerge = true; };
-    const Generation pushRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                        gemma::OpenOptions{}.programmaticLaunch, true, pushMerge);
-    EXPECT_EQ(pushRun.logits, exact.logits) << "cluster push merge: logits bit-identical to the default run";
-    EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, 0, pushMerge), pushRun.tokens) << "cluster push merge, device chain";
-    const auto pushShortBand = [&](gemma::OpenOptions& o) {
-        shortBand(o);
-        pushMerge(o);
-    };
-    const Generation pushShortBandRun = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F32, 16,
-                                                 gemma::OpenOptions{}.programmaticLaunch, true, pushShortBand);
-    EXPECT_EQ(pushShortBandRun.logits, shortBandRun.logits) << "cluster push merge at a short band: bit-identical to the pull merge";
+    bitIdenticalCase("cluster push merge", pushMerge, exact);
+    bitIdenticalCase("cluster push merge at a short band",
+                     [&](gemma::OpenOptions& o) {
+                         shortBand(o);
+                         pushMerge(o);
+                     },
+                     shortBandRun);
     const std::string pushLine = backendLine(pushMerge);
     if (pushLine.find("cluster attention on") != std::string::npos)
         EXPECT_NE(pushLine.find("(push merge)"), std::string::npos) << pushLine;

@@ -868,7 +868,7 @@ int main() {
     }
     // GEMMA_FIXTURES=<substring>: only the fixtures whose name contains it (profiling one case).
     const char* only = std::getenv("GEMMA_FIXTURES");
-    const auto unwanted = [&](const Fixture& f) { return only && f.name.find(only) == std::string::npos; };
+    const auto unwanted = [&](const auto& f) { return only && f.name.find(only) == std::string::npos; };
     std::erase_if(fx, unwanted);
     cublasLtHandle_t lt = nullptr;
     if (!quick && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
@@ -989,8 +989,7 @@ int main() {
     // GEMMA_FIXTURES filters these by name too, so one fused case can be profiled alone (e.g.
     // "12b sliding ring wrap f32": the cluster form over a full f32 window).
     for (const auto& f : fused)
-        if (!(f.timingOnly && quickMode()) && !(only && f.name.find(only) == std::string::npos) && shard.take())
-            fusedCase(f, rng, report, perf);
+        if (!(f.timingOnly && quickMode()) && !unwanted(f) && shard.take()) fusedCase(f, rng, report, perf);
     std::printf("%zu fixtures\n", fx.size());
     if (!perf.empty()) {
         std::printf("\nattention timing (information only, split + merge, median of 30):\n");
