@@ -188,8 +188,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          fusedPiecesNormRope_(options.fusedPiecesNormRope), piecesBandPrefetch_(options.piecesBandPrefetch),
-          clusterPushMerge_(options.clusterPushMerge),
+          fusedPiecesNormRope_(options.fusedPiecesNormRope), serialAttentionPrologue_(options.serialAttentionPrologue),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
@@ -295,9 +294,9 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
-               (fusedPiecesNormRope_ && tensorCoreAttention_ && piecesBandPrefetch_ ? " (band prefetched)" : "") +
+               (serialAttentionPrologue_ ? ", serial attention prologue" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
-                                         (attentionPrefetch_ ? " (band prefetched)" : "") + (clusterPushMerge_ ? " (push merge)" : "") +
+                                         (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
                                          (clusterShortLayers_ > 0 ? ", and on " + std::to_string(clusterShortLayers_) + " full layers up to " +
                                                                         std::to_string(clusterFullKeys_) + " keys"
@@ -1607,7 +1606,6 @@ private:
         d.cluster = true;
         d.tensorCores = false;
         d.clusterHeadSplit = clusterAttentionHeadSplit_ && kc::clusterHeadSplitPays(d.headDim, d.qHeads / d.kvHeads) ? 2 : 1;
-        d.clusterPushMerge = clusterPushMerge_;
     }
     bool clusterAttentionFor(int l, int rows) const {
         const auto i = static_cast<std::size_t>(l);
@@ -1685,6 +1683,7 @@ private:
         p.rows = rows;
         p.eps = c.rmsNormEps;
         p.programmaticLaunch = programmaticLaunch_;
+        p.serialPrologue = serialAttentionPrologue_;
         return p;
     }
 
@@ -1699,9 +1698,6 @@ private:
         kc::AttentionDecodeParams d = attentionParams(l, 1);
         d.fuseNormRope = true;
         d.normRope = normRopeParams(l, 1);
-        // The band's earlier positions were written by earlier steps (each a graph launch or
-        // direct launches after a host copy), as the cluster form's prefetch requires.
-        d.prefetchBand = piecesBandPrefetch_;
         return d;
     }
 
@@ -1821,8 +1817,7 @@ private:
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool fusedPiecesNormRope_ = true;   // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
-    bool piecesBandPrefetch_ = false;   // OpenOptions::piecesBandPrefetch (piecesNormRopeParams)
-    bool clusterPushMerge_ = false;     // OpenOptions::clusterPushMerge (clusterForm)
+    bool serialAttentionPrologue_ = false;  // OpenOptions::serialAttentionPrologue
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)

@@ -60,6 +60,7 @@
 #include "AttentionPrefill.h"
 #include "CudaCommon.h"
 #include "HeadNormRope.h"
+#include "PhaseClock.h"
 
 namespace gemma::cuda {
 namespace attndetail {
@@ -494,15 +495,12 @@ __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
     return kClusterChunkBytes / (2 * d * elemBytes) < kClusterMaxKeys ? kClusterChunkBytes / (2 * d * elemBytes) : kClusterMaxKeys;
 }
 // Shared memory: K and V rows of a chunk, the current position's K and V rows, q, the chunk's
-// scores, then O, m, l, alpha, and the peers' (m, l) per head for the push merge (fp32; the
-// last, 2·kClusterMaxSize·group floats, in every instance, so both merges choose the same
-// cluster size: at most 1 KB more).
+// scores, then O, m, l, alpha (fp32).
 __host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes, int group) {
     const std::size_t rowBytes = static_cast<std::size_t>(d) * elemBytes;
     const std::size_t keys = static_cast<std::size_t>(clusterChunkKeys(d, elemBytes));
     return 2 * keys * rowBytes + 2 * rowBytes +
-           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup +
-                            2 * static_cast<std::size_t>(kClusterMaxSize) * group);
+           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup);
 }
 
 template <typename KvT>
@@ -510,11 +508,8 @@ __device__ __forceinline__ float kvElement(const unsigned char* row, int index) 
     if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
     else return bf16LoToFloat(reinterpret_cast<const std::uint16_t*>(row)[index]);
 }
-// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
 // One merged output element from C blocks' partials (the merge kernel's formula, blocks in rank
-// order): mOf(c), oOf(c) and lOf(c) read block c's m, O element and l, wherever they live (a peer's
-// shared memory for the pull merge, this block's for the push merge), so both merges give the
-// same bits.
+// order): mOf(c), oOf(c) and lOf(c) read block c's m, O element and l (a peer's shared memory).
 template <typename MOf, typename OOf, typename LOf>
 __device__ __forceinline__ float mergeBlocks(int C, MOf&& mOf, OOf&& oOf, LOf&& lOf) {
     float M = -INFINITY;
@@ -528,6 +523,7 @@ __device__ __forceinline__ float mergeBlocks(int C, MOf&& mOf, OOf&& oOf, LOf&& 
     return num / den;
 }
 
+// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
 template <typename KvT, int N>
 __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane, float (&v)[N]) {
     if constexpr (N % 8 == 0) {
@@ -547,12 +543,11 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
 // G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
 // G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
 // so the scores read q from shared memory.
-// PUSH (AttentionDecodeParams::clusterPushMerge): the merge by remote stores ("Push merge" below).
 // HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
 // into their own shared rows, and only part 0 writes them to the cache.
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool PUSH = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -585,17 +580,23 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     float* mRow = os + g * D;
     float* lRow = mRow + kClusterMaxGroup;
     float* alphaRow = lRow + kClusterMaxGroup;
-    float* peerML = alphaRow + kClusterMaxGroup;  // PUSH: [peer][head][m, l]
-    if constexpr (PUSH) {
-        // Arrive now, wait before the first remote store: a block stores into a peer's shared
-        // memory only once every block of the cluster has started.
-        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-    }
+    GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-9
 
     // prefetchBand: the band's earlier positions were written by earlier decode steps (a graph
     // launch or a host copy apart from this one, so complete), and so was positions[0]: both are
     // read before the wait for the kernel before (PDL), which only q, k, v and the current
     // position's cache rows (a KV-shared layer's, or the separate norm kernel's) depend on.
+    // The prologue's norm weights and RoPE frequencies: warp 0 K's, warp 1 V's (no weight, no
+    // rotation), the others the query heads'. Model constants (no kernel writes them), so read
+    // before the wait up to head dim 256; at 512 they would stay live across the band's issue in
+    // 24 more registers, which spills at the launch bounds' 128 (e4b's full layers): there the
+    // prologue reads them with each head, as before.
+    const QkvNormRopeParams& r = p.normRope;
+    constexpr bool kWeightsEarly = kPairs <= 4;
+    HeadNormWeights<kPairs> headWeights;
+    if (kWeightsEarly && p.fuseNormRope && !r.serialPrologue)
+        headWeights = loadHeadNormWeights<kPairs>(warp == 0 ? r.kNormWeight : warp == 1 ? nullptr : r.qNormWeight, r.invFreq,
+                                                  r.rotatedPairs, warp != 1, D);
     if (!p.prefetchBand) {
         gridDependencyWait();      // q, k, v come from the kernel before (PDL)
         allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
@@ -655,15 +656,24 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             cpAsyncCommit();
         }
     }
+    GEMMA_PHASE_MARK(1);  // the first chunk issued, the dependency wait passed
 
     // Prologue, in parallel warps: this position's K (warp 0) and V (warp 1) when this block holds
     // it; the group's query heads (warps 2..) when the block has keys.
-    const QkvNormRopeParams& r = p.normRope;
+    // One head's norm + RoPE by this warp (`weight` and `rotate` this warp's, as headWeights).
+    const auto normHead = [&](const float* src, const float* weight, bool rotate, float(&a)[kPairs], float(&b)[kPairs]) {
+        if (kWeightsEarly && !r.serialPrologue) {
+            loadHeadValues(src, D, a, b);
+            finishHeadNormRope(headWeights, static_cast<int>(current), D, r.eps, a, b);
+        } else {
+            headNormRope(src, weight, r.invFreq, r.rotatedPairs, rotate, static_cast<int>(current), D, r.eps, a, b);
+        }
+    };
     if (writesCurrent && warp < 2) {
         const bool key = warp == 0;
         const float* src = (key ? r.k : r.v) + static_cast<std::int64_t>(kvh) * D;
         float a[kPairs], b[kPairs];
-        headNormRope(src, key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, key, static_cast<int>(current), D, r.eps, a, b);
+        normHead(src, key ? r.kNormWeight : nullptr, key, a, b);
         void* cache = key ? r.kCache : r.vCache;
         unsigned char* row = key ? curK : curV;
         const std::int64_t at = ((current % p.capacity) * p.kvHeads + kvh) * D;
@@ -678,7 +688,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         if (p.fuseNormRope) {
             for (int h = warp - 2; h >= 0 && h < g; h += kClusterWarps - 2) {
                 float a[kPairs], b[kPairs];
-                headNormRope(qGroup + h * D, r.qNormWeight, r.invFreq, r.rotatedPairs, true, static_cast<int>(current), D, r.eps, a, b);
+                normHead(qGroup + h * D, r.qNormWeight, true, a, b);
                 storeHead(D, a, b, [&](int j, float v) { qs[h * D + j] = v; });
             }
         } else {
@@ -691,6 +701,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         lRow[tid] = 0.0f;
     }
     __syncthreads();  // q, the current rows and the stats are in place
+    GEMMA_PHASE_MARK(2);  // the prologue: q (and the current K, V) normed and rotated
 
     constexpr bool kQInRegisters = G <= 4;
     float qv[kQInRegisters ? G : 1][N];
@@ -722,6 +733,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             }
         }
         __syncthreads();
+        GEMMA_PHASE_MARK(3);  // the chunk arrived
 
         // Scores: warp per key, lanes over the dims.
         for (int t = warp; t < count; t += kClusterWarps) {
@@ -739,6 +751,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             }
         }
         __syncthreads();
+        GEMMA_PHASE_MARK(4);  // scores
 
         // Online softmax: warp h for head h.
         if (warp < g) {
@@ -764,6 +777,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             }
         }
         __syncthreads();
+        GEMMA_PHASE_MARK(5);  // softmax
 
         // O = alpha·O + Σ_t p_t V_t: thread per dim.
         if (tid < D) {
@@ -787,54 +801,22 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             }
         }
         __syncthreads();  // the rows and scores are refilled by the next chunk
+        GEMMA_PHASE_MARK(6);  // P·V
     }
 
     // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
-    if (!PUSH && tid < D) {
+    if (tid < D) {
 #pragma unroll
         for (int h = 0; h < G; ++h)
             if (h < g)
 #pragma unroll
                 for (int j = 0; j < DT; ++j) os[h * D + tid + j * kClusterThreads] = o[h][j];
     }
-    const int per = D / C;
-    if constexpr (PUSH) {
-        // Push merge: block `rank` sends peer c the dims [c·per, (c+1)·per) of its O into c's `os`
-        // at [rank][h][per] (the pull form's O area: the same g·D floats) and its (m, l) per head
-        // into c's peerML; one cluster barrier publishes them, then each block merges its own dims
-        // from its own memory with the pull form's sums in the same order (the same bits). Nothing
-        // reads a peer after the barrier, so no second barrier keeps the memory alive.
-        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block has started
-        if (tid < D) {
-#pragma unroll
-            for (int h = 0; h < G; ++h)
-                if (h < g)
-#pragma unroll
-                    for (int j = 0; j < DT; ++j) {
-                        const int dim = tid + j * kClusterThreads;
-                        const int c = dim / per;
-                        *cluster.map_shared_rank(os + (rank * g + h) * per + dim % per, c) = o[h][j];
-                    }
-        }
-        for (int idx = tid; idx < C * g; idx += kClusterThreads) {
-            const int c = idx / g, h = idx % g;
-            float* to = cluster.map_shared_rank(peerML + (rank * g + h) * 2, c);
-            to[0] = mRow[h];
-            to[1] = lRow[h];
-        }
-        cluster.sync();
-        for (int idx = tid; idx < g * per; idx += kClusterThreads) {
-            const int h = idx / per;
-            const int k = idx % per;
-            p.out[static_cast<std::int64_t>(headBase + h) * D + rank * per + k] =
-                mergeBlocks(C, [&](int c) { return peerML[(c * g + h) * 2]; }, [&](int c) { return os[(c * g + h) * per + k]; },
-                            [&](int c) { return peerML[(c * g + h) * 2 + 1]; });
-        }
-        return;
-    }
     cluster.sync();
+    GEMMA_PHASE_MARK(7);  // the partials in shared memory, the cluster barrier passed
 
     // Merge dims [rank·D/C, (rank+1)·D/C) of every head of the group from the C blocks.
+    const int per = D / C;
     for (int idx = tid; idx < g * per; idx += kClusterThreads) {
         const int h = idx / per;
         const int dim = rank * per + idx % per;
@@ -843,7 +825,9 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
                         [&](int c) { return *cluster.map_shared_rank(os + h * D + dim, c); },
                         [&](int c) { return *cluster.map_shared_rank(lRow + h, c); });
     }
+    GEMMA_PHASE_MARK(8);  // the merge
     cluster.sync();  // no block leaves while a peer may still read its shared memory
+    GEMMA_PHASE_END(9);  // the second cluster barrier
 #endif
 }
 
@@ -957,11 +941,11 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 // ---- cluster form: host side ------------------------------------------------------------------------
 // Raises the kernel's limits once per device and host thread: the largest shared memory a group
 // of up to G needs, and cluster sizes above the portable 8.
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool PUSH = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
-    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT, PUSH>;
+    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT>;
     const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -1014,21 +998,17 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     return chosen;
 }
 
-// The size comes from the pull instance (clusterSizeTyped); the push instance has the same shared
-// memory and launch bounds, so the same clusters fit.
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool PUSH = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
-    if constexpr (!PUSH)
-        if (p.clusterPushMerge) return launchClusterTyped<D, KvT, G, HEADSPLIT, true>(p, size, device, stream);
     // The head split (clusterHeadSplit) is instantiated at head dim 256 with G 4 (validated by the
     // launcher).
     if constexpr (D == 256 && G == 4 && !HEADSPLIT)
-        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true, PUSH>(p, size, device, stream);
-    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT, PUSH>(device); err != cudaSuccess) return err;
+        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT>(device); err != cudaSuccess) return err;
     constexpr int kSplit = HEADSPLIT ? 2 : 1;
     const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads * kSplit), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT, PUSH>, grid, dim3(kClusterThreads), smem, stream,
+    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
                             p.programmaticLaunch, static_cast<unsigned>(size), p);
 }
 
@@ -1101,7 +1081,6 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.outStride = p.outStride;
     f.fuseNormRope = p.fuseNormRope;
     f.normRope = p.normRope;
-    f.prefetchBand = p.prefetchBand && p.tensorCores && p.fuseNormRope;  // the pieces' band before the wait
     return f;
 }
 

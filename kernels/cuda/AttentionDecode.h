@@ -86,14 +86,12 @@ struct AttentionDecodeParams {
     // else the largest whose clusters are all resident at once; no workspace is read. Unsupported
     // below sm_90. Made for bands of at most a window: every block reads band / C keys in order.
     bool cluster = false;
-    // Cluster form, and tensor-core pieces with fuseNormRope (AttentionPrefillParams::
-    // prefetchBand; ignored by the other forms): read positions[0] and load the first chunk (the
-    // pieces: their first staged tiles) of the band's earlier positions before waiting for the
-    // kernel before (programmatic launch), so the loads overlap its tail. Correct only where the
-    // band's earlier positions and `positions` were written before the previous kernel's own
-    // predecessors could still run: by an earlier decode step separated by a graph launch or a
-    // host copy (the CUDA backend's decode steps). The current position's rows are loaded after
-    // the wait.
+    // Cluster form only: read positions[0] and load the first chunk of the band's earlier
+    // positions before waiting for the kernel before (programmatic launch), so the loads overlap
+    // its tail. Correct only where the band's earlier positions and `positions` were written
+    // before the previous kernel's own predecessors could still run: by an earlier decode step
+    // separated by a graph launch or a host copy (the CUDA backend's decode steps). The current
+    // position's rows are loaded after the wait.
     bool prefetchBand = false;
     // Cluster form: 2 runs each kv head's query group as two clusters of half the group (query
     // heads split, the whole band read by both; head dim 256 and groups of 2, 4 or 8 only, else
@@ -103,13 +101,6 @@ struct AttentionDecodeParams {
     // default). 0 or 1: one cluster per kv head. The CUDA backend splits where it pays
     // (clusterHeadSplitPays; docs/PERFORMANCE.md version 19).
     int clusterHeadSplit = 1;
-    // Cluster form: the merge pushes instead of pulling. Each block stores into every peer's shared
-    // memory the slice of its O that peer combines and its (m, l) per head, and after one cluster
-    // barrier every block merges from its own shared memory; the pull form's peer loads after the
-    // barrier and its second barrier (keeping each block's memory alive for its readers) go away.
-    // The same sums in the same order: the same bits. An experiment (docs/PERFORMANCE.md version 22
-    // step 9).
-    bool clusterPushMerge = false;
 };
 
 // Whether the cluster form can split a group of `group` query heads per kv head over two clusters

@@ -80,20 +80,6 @@
 // query tiles per kv head (groups above the tile's rows) each tile's block writes the row, the same
 // bits. Nothing writes q: other blocks read it raw.
 //
-// ---- Band before the wait (AttentionPrefillParams::prefetchBand; one decode row) ---------------
-// The decode pieces' K/V tiles of the band's earlier positions were written by earlier decode
-// steps, and `positions` before the step, so, as the cluster kernel's prefetchBand, a block may
-// read positions, form its hull and issue its first `stages` phases before the dependency wait;
-// with a programmatic launch those loads overlap the q/k/v matvec's tail. The query's own K and V
-// rows are written in this step (by the fused prologue after the wait, or by a KV-shared layer's
-// source layer), so in those early phases their chunks are zero-filled (nothing read) and the
-// conversion reads them from the cache once the block's barrier after the prologue has passed;
-// later phases are issued after that barrier as before.
-// The same bytes reach the tiles, so the output is bit-identical to the form without it
-// (test_attention). An instance of its own (kFusedEarlyForm, with the fused norm + RoPE, the
-// decode pieces' default), so the other instances keep their code. An experiment, off by default
-// (docs/PERFORMANCE.md version 22 step 8).
-//
 // ---- Numerics ----------------------------------------------------------------------------------
 // q, K and V are rounded to fp16 (11-bit significand) when staged: they are RMS-normed values,
 // far inside fp16's range (|x| < 65504 is a precondition; bf16 caches convert exactly unless a
@@ -119,6 +105,7 @@
 
 #include "CudaCommon.h"
 #include "HeadNormRope.h"
+#include "PhaseClock.h"
 
 namespace gemma::cuda {
 namespace prefilldetail {
@@ -226,10 +213,11 @@ __device__ __forceinline__ void cpAsyncWaitStages(int stages) {
     }
 }
 
-// One 16-byte raw chunk's bits (8 bf16 or 4 fp32 values) → fp16 at dst (16 or 8 bytes, aligned).
+// One 16-byte raw chunk (8 bf16 or 4 fp32 values) → fp16 at dst (16 or 8 bytes, aligned).
 template <typename KvT>
-__device__ __forceinline__ void convertBits(const uint4 u, __half* dst) {
+__device__ __forceinline__ void convertChunk(const unsigned char* src, __half* dst) {
     if constexpr (sizeof(KvT) == 2) {
+        const uint4 u = *reinterpret_cast<const uint4*>(src);
         uint4 h;
         h.x = packHalf2(bf16LoToFloat(u.x), bf16HiToFloat(u.x));
         h.y = packHalf2(bf16LoToFloat(u.y), bf16HiToFloat(u.y));
@@ -237,14 +225,9 @@ __device__ __forceinline__ void convertBits(const uint4 u, __half* dst) {
         h.w = packHalf2(bf16LoToFloat(u.w), bf16HiToFloat(u.w));
         *reinterpret_cast<uint4*>(dst) = h;
     } else {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(packHalf2(__uint_as_float(u.x), __uint_as_float(u.y)),
-                                                    packHalf2(__uint_as_float(u.z), __uint_as_float(u.w)));
+        const float4 f = *reinterpret_cast<const float4*>(src);
+        *reinterpret_cast<uint2*>(dst) = make_uint2(packHalf2(f.x, f.y), packHalf2(f.z, f.w));
     }
-}
-// The same from 16 bytes of shared memory (a raw stage).
-template <typename KvT>
-__device__ __forceinline__ void convertChunk(const unsigned char* src, __half* dst) {
-    convertBits<KvT>(*reinterpret_cast<const uint4*>(src), dst);
 }
 
 // The band [lo, hi] of the query at `pos` (empty: lo > hi); with p.splits > 1 (one row) only
@@ -271,16 +254,11 @@ __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int p
 // ---- kernel ----------------------------------------------------------------------------------------
 // cap32 = min(capacity, INT_MAX) (positions are int, so the slot arithmetic fits 32 bits);
 // stages = raw ring depth (1..kMaxStages), shared memory = sharedBytes<D, KvT>(stages).
-// kForm: kPrefillForm, or p.fuseNormRope (validated: one row, "Fused norm + RoPE" above) without
-// (kFusedForm) or with p.prefetchBand (kFusedEarlyForm, "Band before the wait"): three instances,
-// so neither experiment changes the code of the forms without it.
-constexpr int kPrefillForm = 0, kFusedForm = 1, kFusedEarlyForm = 2;
-template <int D, typename KvT, int kForm>
+// kFusedNormRope: p.fuseNormRope (validated: one row), "Fused norm + RoPE" above.
+template <int D, typename KvT, bool kFusedNormRope>
 __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     attentionPrefillKernel(const AttentionPrefillParams p, const int cap32, const int stages) {
     using Sh = Shape<D>;
-    constexpr bool kFusedNormRope = kForm != kPrefillForm;
-    constexpr bool early = kForm == kFusedEarlyForm;
     constexpr int BN = Sh::kKeys;
     constexpr int WD = Sh::kWarpsD;
     constexpr int DW = Sh::kDims;
@@ -320,13 +298,19 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const int G = p.qHeads / p.kvHeads;
     const int mTotal = p.rows * G;
     const int dBase = wd * DW;
-    // `early` (prefetchBand; one decode row): positions and the band's earlier positions were
-    // written by earlier decode steps, so the first phases load before the wait ("Band before the
-    // wait" above); otherwise nothing is read before it.
-    if constexpr (!early) {
-        gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
-        allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
+    GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-7
+    // Fused: the query heads' norm weights and the RoPE frequencies, and warp 0's the key's (model
+    // constants: no kernel writes them, so they are read before the wait).
+    constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
+    [[maybe_unused]] HeadNormWeights<kPairs> queryWeights, keyWeights;
+    if constexpr (kFusedNormRope) {
+        const QkvNormRopeParams& r = p.normRope;
+        if (!r.serialPrologue) queryWeights = loadHeadNormWeights<kPairs>(r.qNormWeight, r.invFreq, r.rotatedPairs, true, D);
+        if (!r.serialPrologue && warp == 0 && r.k) keyWeights = loadHeadNormWeights<kPairs>(r.kNormWeight, r.invFreq, r.rotatedPairs, true, D);
     }
+    gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
+    allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
+    GEMMA_PHASE_MARK(1);  // the dependency wait
 
     // ---- this lane's two rows (fragment rows grp and grp + 8 of the warp's 16) -------------------
     // Band [lo, hi]; padded pairs past rows·g get the empty band [1, 0] and are never written.
@@ -371,93 +355,69 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         hullScratch[2 * warp + 1] = hullHi;
     }
 
-    // ---- staging: phase 2t = K tile t, phase 2t + 1 = V tile t -------------------------------------
-    const unsigned char* kSrc = static_cast<const unsigned char*>(p.kCache) + static_cast<long long>(kvh) * kRowBytes;
-    const unsigned char* vSrc = static_cast<const unsigned char*>(p.vCache) + static_cast<long long>(kvh) * kRowBytes;
-    const long long slotBytes = static_cast<long long>(p.kvHeads) * kRowBytes;
-    const int keyBase = tid / kChunksPerKey;  // this thread's first key of a tile
-    const int chunk = tid % kChunksPerKey;    // and its 16-byte column within the key's row
-    int kLo = INT_MAX, kHi = INT_MIN, nTiles = 0;  // the block's hull (after the hull barrier)
-    const auto blockHull = [&] {
-#pragma unroll
-        for (int w = 0; w < Sh::kWarps; ++w) {
-            kLo = min(kLo, hullScratch[2 * w]);
-            kHi = max(kHi, hullScratch[2 * w + 1]);
-        }
-        nTiles = kHi >= kLo ? (kHi - kLo) / BN + 1 : 0;
-    };
-    // The query's position (one row) when its phases went out before the wait: its K and V rows
-    // are written this step (by the prologue below or the kernel before), so they are read after
-    // the wait; INT_MIN otherwise (no key is skipped).
-    const int current = early ? p.positions[0] : INT_MIN;  // (INT_MIN: never a key)
-
-    // Copies this thread's chunks of `phase` into raw slot `slot`; always commits one group (empty
-    // past the last phase) so that the wait count stays `stages − 1`. Before the wait
-    // (`beforeWait`) the current position's chunks are zero-filled instead (nothing read); the
-    // conversion reads them from the cache.
-    auto issue = [&](int phase, int slot, bool beforeWait) {
-        if (phase < 2 * nTiles) {
-            const unsigned char* src = (phase & 1) ? vSrc : kSrc;
-            unsigned char* dst = raw + slot * kPhaseBytes;
-            const int first = kLo + (phase >> 1) * BN + keyBase;
-            int ring = first % cap32;
-#pragma unroll
-            for (int i = 0; i < kChunksPerThread; ++i) {
-                const int key = first + i * kKeyStride;
-                const bool live = key <= kHi && !(beforeWait && key == current);
-                const unsigned char* g = live ? src + ring * slotBytes + chunk * 16 : src;
-                cpAsync16(dst + (tid + i * NT) * 16, g, live);  // !live: 16 zero bytes, nothing read
-                ring += kKeyStride;
-                while (ring >= cap32) ring -= cap32;  // at most once unless capacity < kKeyStride
-            }
-        }
-        cpAsyncCommit();
-    };
-    if constexpr (early) {
-        __syncthreads();  // hull scratch complete
-        blockHull();
-        if (nTiles > 0)
-            for (int s = 0; s < stages; ++s) issue(s, s, true);
-        gridDependencyWait();      // q, k, v (and the current rows) come from the kernel before
-        allowDependentsToStart();  // the merge kernel may be scheduled now
-    }
-
     // ---- fused norm + RoPE (one decode row): this tile's query heads, fp16, into the K/V tile
     // area (row m − mTile·kRows at kPitch halves: the fragment reads below are conflict-free), and
     // in the blocks whose piece holds the query's position its K and V into the cache.
     [[maybe_unused]] __half* const qStaged = kTile;  // the K/V tiles are first written after the fragments are read
     if constexpr (kFusedNormRope) {
         static_assert(Sh::kRows * kPitch * 2 <= Sh::kKvBytes, "the staged q fits the K/V tile area");
-        constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
         const QkvNormRopeParams& r = p.normRope;
         const int pos = p.positions[0];
         int pieceLo, pieceHi;
         bandPiece<BN>(p, pos, blockIdx.z, pieceLo, pieceHi);
         if (pieceLo <= pieceHi) {  // block-uniform; a piece without keys needs no q
             // Tasks, one warp each: K and V of the query's position (when this piece holds it, the
-            // last of its band), then the tile's query heads.
+            // last of its band), then the tile's query heads. A warp loads the heads of up to
+            // kBatch of its tasks before it norms any (one latency instead of kBatch).
             const int cacheTasks = r.k && pieceHi == pos ? 2 : 0;
             const int tileHeads = min(Sh::kRows, mTotal - mTile * Sh::kRows);
-            for (int task = warp; task < cacheTasks + tileHeads; task += Sh::kWarps) {
+            const int tasks = cacheTasks + tileHeads;
+            constexpr int kBatch = 3;
+            const int batch = r.serialPrologue ? 1 : kBatch;
+            const auto source = [&](int task) {
                 const bool query = task >= cacheTasks;
-                const bool key = !query && task == 0;
-                const int head = task - cacheTasks;  // query tasks: the head's row in the tile
-                const float* src = query ? p.q + static_cast<long long>(kvh * G + mTile * Sh::kRows + head) * D
-                                         : (key ? r.k : r.v) + static_cast<long long>(kvh) * D;
-                float a[kPairs], b[kPairs];
-                headNormRope(src, query ? r.qNormWeight : key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, query || key, pos, D,
-                             r.eps, a, b);
-                if (query) {
-                    // The unfused kernel's packHalf2 of the same fp32 values: the same bits.
-                    __half* row = qStaged + head * kPitch;
-                    storeHead(D, a, b, [&](int j, float v) { row[j] = __float2half_rn(v); });
-                } else {
-                    void* cache = key ? r.kCache : r.vCache;
-                    const long long at = (static_cast<long long>(pos) % r.capacity * r.kvHeads + kvh) * D;
-                    storeHead(D, a, b, [&](int j, float v) { storeKv(cache, r.kvDtype, at + j, v); });
-                    // The block's tile loads read this row after the barrier below (cp.async: generic-
-                    // proxy reads by the issuing threads, ordered after the barrier at block scope).
-                    __threadfence_block();
+                return query ? p.q + static_cast<long long>(kvh * G + mTile * Sh::kRows + task - cacheTasks) * D
+                             : (task == 0 ? r.k : r.v) + static_cast<long long>(kvh) * D;
+            };
+            for (int first = warp; first < tasks; first += batch * Sh::kWarps) {
+                float a[kBatch][kPairs], b[kBatch][kPairs];
+#pragma unroll
+                for (int i = 0; i < kBatch; ++i) {
+                    const int task = first + i * Sh::kWarps;
+                    if (i < batch && task < tasks && !r.serialPrologue) loadHeadValues(source(task), D, a[i], b[i]);
+                }
+#pragma unroll
+                for (int i = 0; i < kBatch; ++i) {
+                    const int task = first + i * Sh::kWarps;
+                    if (i >= batch || task >= tasks) break;
+                    const bool query = task >= cacheTasks;
+                    const bool key = !query && task == 0;
+                    const int head = task - cacheTasks;  // query tasks: the head's row in the tile
+                    // Three calls rather than one on a selected reference: that would put the
+                    // weights in local memory.
+                    if (r.serialPrologue) {
+                        headNormRope(source(task), query ? r.qNormWeight : key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs,
+                                     query || key, pos, D, r.eps, a[i], b[i]);
+                    } else if (query) {
+                        finishHeadNormRope(queryWeights, pos, D, r.eps, a[i], b[i]);
+                    } else if (key) {
+                        finishHeadNormRope(keyWeights, pos, D, r.eps, a[i], b[i]);
+                    } else {  // V: the norm without a weight, no rotation (no memory read)
+                        finishHeadNormRope(loadHeadNormWeights<kPairs>(nullptr, r.invFreq, r.rotatedPairs, false, D), pos, D, r.eps, a[i], b[i]);
+                    }
+                    if (query) {
+                        // The unfused kernel's packHalf2 of the same fp32 values: the same bits.
+                        __half* row = qStaged + head * kPitch;
+                        storeHead(D, a[i], b[i], [&](int j, float v) { row[j] = __float2half_rn(v); });
+                    } else {
+                        void* cache = key ? r.kCache : r.vCache;
+                        const long long at = (static_cast<long long>(pos) % r.capacity * r.kvHeads + kvh) * D;
+                        storeHead(D, a[i], b[i], [&](int j, float v) { storeKv(cache, r.kvDtype, at + j, v); });
+                        // The block's tile loads read this row after the barrier below (cp.async:
+                        // generic-proxy reads by the issuing threads, ordered after the barrier at
+                        // block scope).
+                        __threadfence_block();
+                    }
                 }
             }
         }
@@ -490,32 +450,55 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const float scaleLog2 = p.scale * 1.4426950408889634f;
 
     __syncthreads();  // hull scratch complete (fused: also the staged q and the cache row written)
-    if constexpr (!early) blockHull();
+    GEMMA_PHASE_MARK(2);  // the prologue: q fragments, the hull (fused: the norm + RoPE)
+    int kLo = INT_MAX, kHi = INT_MIN;
+#pragma unroll
+    for (int w = 0; w < Sh::kWarps; ++w) {
+        kLo = min(kLo, hullScratch[2 * w]);
+        kHi = max(kHi, hullScratch[2 * w + 1]);
+    }
+    const int nTiles = kHi >= kLo ? (kHi - kLo) / BN + 1 : 0;
 
-    // Converts the chunks this thread copied for `phase` (raw slot `slot`) into the fp16 tile; the
-    // current position's chunks of the phases issued before the wait come from the cache itself
-    // (written before the barrier above, or by a kernel that completed before the wait).
+    // ---- staging: phase 2t = K tile t, phase 2t + 1 = V tile t -------------------------------------
+    const unsigned char* kSrc = static_cast<const unsigned char*>(p.kCache) + static_cast<long long>(kvh) * kRowBytes;
+    const unsigned char* vSrc = static_cast<const unsigned char*>(p.vCache) + static_cast<long long>(kvh) * kRowBytes;
+    const long long slotBytes = static_cast<long long>(p.kvHeads) * kRowBytes;
+    const int keyBase = tid / kChunksPerKey;  // this thread's first key of a tile
+    const int chunk = tid % kChunksPerKey;    // and its 16-byte column within the key's row
+
+    // Copies this thread's chunks of `phase` into raw slot `slot`; always commits one group (empty
+    // past the last phase) so that the wait count stays `stages − 1`.
+    auto issue = [&](int phase, int slot) {
+        if (phase < 2 * nTiles) {
+            const unsigned char* src = (phase & 1) ? vSrc : kSrc;
+            unsigned char* dst = raw + slot * kPhaseBytes;
+            const int first = kLo + (phase >> 1) * BN + keyBase;
+            int ring = first % cap32;
+#pragma unroll
+            for (int i = 0; i < kChunksPerThread; ++i) {
+                const bool live = first + i * kKeyStride <= kHi;
+                const unsigned char* g = live ? src + ring * slotBytes + chunk * 16 : src;
+                cpAsync16(dst + (tid + i * NT) * 16, g, live);  // !live: 16 zero bytes, nothing read
+                ring += kKeyStride;
+                while (ring >= cap32) ring -= cap32;  // at most once unless capacity < kKeyStride
+            }
+        }
+        cpAsyncCommit();
+    };
+    // Converts the chunks this thread copied for `phase` (raw slot `slot`) into the fp16 tile.
     auto convert = [&](int phase, int slot) {
         if (phase >= 2 * nTiles) return;
         const unsigned char* src = raw + slot * kPhaseBytes + tid * 16;
         __half* dst = ((phase & 1) ? vTile : kTile) + keyBase * kPitch + chunk * kHalvesPerChunk;
-        const int first = kLo + (phase >> 1) * BN + keyBase;
 #pragma unroll
-        for (int i = 0; i < kChunksPerThread; ++i) {
-            if (early && phase < stages && first + i * kKeyStride == current) {
-                // From L2 (ld.global.cg): nothing of this slot can be in this SM's L1 before.
-                const unsigned char* row = ((phase & 1) ? vSrc : kSrc) + static_cast<long long>(current % cap32) * slotBytes;
-                convertBits<KvT>(__ldcg(reinterpret_cast<const uint4*>(row + chunk * 16)), dst + i * kKeyStride * kPitch);
-            } else {
-                convertChunk<KvT>(src + i * NT * 16, dst + i * kKeyStride * kPitch);
-            }
-        }
+        for (int i = 0; i < kChunksPerThread; ++i)
+            convertChunk<KvT>(src + i * NT * 16, dst + i * kKeyStride * kPitch);
     };
     int slot = 0;  // raw slot of the next phase to convert (= phase % stages)
     auto step = [&](int phase) {
         cpAsyncWaitStages(stages);
         convert(phase, slot);
-        issue(phase + stages, slot, false);  // refill the slot this thread just drained
+        issue(phase + stages, slot);  // refill the slot this thread just drained
         slot = slot + 1 == stages ? 0 : slot + 1;
     };
 
@@ -527,8 +510,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const __half* vFrag = vTile + ((lane & 7) + ((lane >> 3) & 1) * 8) * kPitch + dBase + ((lane >> 4) & 1) * 8;
 
     if (nTiles > 0) {
-        if constexpr (!early)
-            for (int s = 0; s < stages; ++s) issue(s, s, false);
+        for (int s = 0; s < stages; ++s) issue(s, s);
         if constexpr (kFusedNormRope) {
             // The staged heads as this warp's fragments (padded rows: zero, as unfused).
             const std::uint32_t* row0 = reinterpret_cast<const std::uint32_t*>(qStaged + (wm * 16 + grp) * kPitch + dBase + 2 * tig);
@@ -542,9 +524,11 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
             }
             __syncthreads();  // every warp holds its q: the first K tile may overwrite the staged heads
         }
+        GEMMA_PHASE_MARK(3);  // the first phases issued
         step(0);  // K tile 0
         for (int t = 0; t < nTiles; ++t) {
             __syncthreads();  // (A) K(t) visible; P·V(t−1) done everywhere → V tile free
+            GEMMA_PHASE_MARK(4);  // K tile t arrived (and P·V of t − 1 finished everywhere)
             step(2 * t + 1);  // V(t)
             const int first = kLo + t * BN;
             // Warp-uniform (and uniform over the WD warps of a row group: same rows).
@@ -661,6 +645,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
                 rowGroupBarrier<WD * 32>(wm);
             }
             __syncthreads();      // (C) V(t) visible; S(t) done everywhere → K tile free
+            GEMMA_PHASE_MARK(5);  // scores and softmax of tile t, V tile t arrived
             step(2 * t + 2);      // K(t+1)
             if (live) {
 #pragma unroll
@@ -676,6 +661,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         }
         cpAsyncWait<0>();  // only empty groups remain; leave none behind
     }
+    GEMMA_PHASE_MARK(6);  // the last P·V issued (thread 0's)
 
     // The rows' sums over the 4 lanes of a quad (every lane holds its share).
     float l[2];
@@ -705,6 +691,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
                 p.partML[idx * 2 + 1] = anyKeys ? l[i] : 0.0f;
             }
         }
+        GEMMA_PHASE_END(7);  // the partials stored (thread 0's)
         return;
     }
 
@@ -717,6 +704,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         if (rowOk[0]) *reinterpret_cast<float2*>(oRow[0] + d) = make_float2(o[j][0] * inv[0], o[j][1] * inv[0]);
         if (rowOk[1]) *reinterpret_cast<float2*>(oRow[1] + d) = make_float2(o[j][2] * inv[1], o[j][3] * inv[1]);
     }
+    GEMMA_PHASE_END(7);  // the output stored (thread 0's)
 }
 
 // ---- host side ---------------------------------------------------------------------------------------
@@ -732,14 +720,14 @@ inline bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p
 // Staging depth for one instantiation on one device, cached per host thread: the depth that
 // maximises blocks/SM × stages (cp.async tiles in flight per SM), ties to more blocks. Occupancy
 // comes from the runtime, so registers and the device's shared memory both count.
-template <int D, typename KvT, int kForm>
+template <int D, typename KvT, bool kFusedNormRope>
 KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
     thread_local Plan cached;
     if (cached.device == facts.device) {
         out = cached;
         return KernelStatus::Ok;
     }
-    const auto kernel = attentionPrefillKernel<D, KvT, kForm>;
+    const auto kernel = attentionPrefillKernel<D, KvT, kFusedNormRope>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              facts.maxSharedPerBlockOptin) != cudaSuccess)
         return KernelStatus::LaunchFailed;
@@ -786,21 +774,18 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     if (p.splits > 1 && (p.rows != 1 || !p.partO || !p.partML || !aligned8(p.partO) || !aligned8(p.partML)))
         return KernelStatus::InvalidArgument;
     if (p.fuseNormRope && (p.rows != 1 || !normRopeDescribes(p.normRope, p))) return KernelStatus::InvalidArgument;
-    if (p.prefetchBand && (p.rows != 1 || !p.fuseNormRope)) return KernelStatus::InvalidArgument;
     return KernelStatus::Ok;
 }
 
-// Calls f.template operator()<D, KvT, kForm>() for the parameters' head dim, cache dtype and form
-// (fuseNormRope, prefetchBand).
+// Calls f.template operator()<D, KvT, kFusedNormRope>() for the parameters' head dim, cache dtype
+// and fuseNormRope.
 template <typename F>
 KernelStatus dispatch(const AttentionPrefillParams& p, F&& f) {
     const auto forDim = [&]<int D>() {
         const bool bf16 = p.kvDtype == KvDtype::BF16;
-        if (p.fuseNormRope && p.prefetchBand)
-            return bf16 ? f.template operator()<D, std::uint16_t, kFusedEarlyForm>() : f.template operator()<D, float, kFusedEarlyForm>();
         if (p.fuseNormRope)
-            return bf16 ? f.template operator()<D, std::uint16_t, kFusedForm>() : f.template operator()<D, float, kFusedForm>();
-        return bf16 ? f.template operator()<D, std::uint16_t, kPrefillForm>() : f.template operator()<D, float, kPrefillForm>();
+            return bf16 ? f.template operator()<D, std::uint16_t, true>() : f.template operator()<D, float, true>();
+        return bf16 ? f.template operator()<D, std::uint16_t, false>() : f.template operator()<D, float, false>();
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();
@@ -833,13 +818,13 @@ KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     if (valid != KernelStatus::Ok) return valid;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-    return dispatch(p, [&]<int D, typename KvT, int kForm>() {
+    return dispatch(p, [&]<int D, typename KvT, bool kFusedNormRope>() {
         Plan pl;
-        const KernelStatus st = planFor<D, KvT, kForm>(facts, pl);
+        const KernelStatus st = planFor<D, KvT, kFusedNormRope>(facts, pl);
         if (st != KernelStatus::Ok) return st;
         dim3 grid;
         if (!gridFor<D>(p, grid)) return KernelStatus::Unsupported;
-        return f.template operator()<D, KvT, kForm>(pl, grid);
+        return f.template operator()<D, KvT, kFusedNormRope>(pl, grid);
     });
 }
 }  // namespace prefilldetail
@@ -855,7 +840,7 @@ bool normRopeDescribes(const QkvNormRopeParams& r, const AttentionPrefillParams&
 
 KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPrefillPlan& plan) {
     using namespace prefilldetail;
-    return withLaunchShape(p, [&]<int D, typename KvT, int>(const Plan& pl, dim3 grid) {
+    return withLaunchShape(p, [&]<int D, typename KvT, bool>(const Plan& pl, dim3 grid) {
         plan.threads = Shape<D>::kThreads;
         plan.rowsPerBlock = Shape<D>::kRows;
         plan.keysPerTile = Shape<D>::kKeys;
@@ -871,8 +856,8 @@ KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPref
 KernelStatus launchAttentionPrefill(const AttentionPrefillParams& p, cudaStream_t stream) {
     using namespace prefilldetail;
     const int cap32 = p.capacity > INT_MAX ? INT_MAX : static_cast<int>(p.capacity);
-    return withLaunchShape(p, [&]<int D, typename KvT, int kForm>(const Plan& pl, dim3 grid) {
-        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, kForm>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
+    return withLaunchShape(p, [&]<int D, typename KvT, bool kFusedNormRope>(const Plan& pl, dim3 grid) {
+        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, kFusedNormRope>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
                                              p.programmaticLaunch, p, cap32, pl.stages);
         return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
     });

@@ -63,13 +63,6 @@ struct AttentionPrefillParams {
     // launch's (normRopeDescribes). A separate instance of the kernel: the prefill's is unchanged.
     bool fuseNormRope = false;
     QkvNormRopeParams normRope;
-    // With fuseNormRope (one decode row; else refused): the blocks read `positions` and issue
-    // their first K/V tiles of the band's earlier positions before the dependency wait
-    // (AttentionPrefill.cu, "Band before the wait"); the query's own K and V rows are read after it. Correct only where
-    // those earlier rows and `positions` were written before the kernels still running could have
-    // started: by an earlier decode step separated by a graph launch or a host copy, as for
-    // AttentionDecodeParams::prefetchBand. The same output bits as without it.
-    bool prefetchBand = false;
 };
 
 // Whether r describes the norm + RoPE fused into a launch of p (AttentionPrefillParams::

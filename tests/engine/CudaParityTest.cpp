@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <functional>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "CudaBackend.h"
@@ -281,37 +282,6 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
         separatePieces(o);
     };
     const Generation threeBandSeparateRun = bandFormsCase("three band forms, norm + RoPE before the pieces", threeBandsSeparate, "");
-    // An experiment that must not change a bit: `adjust`'s run has `same`'s logits and tokens, and
-    // the device chain the per-step path's ids, alone and between timed steps.
-    const auto bitIdenticalCase = [&](const std::string& label, const std::function<void(gemma::OpenOptions&)>& adjust,
-                                      const Generation& same) {
-        const Generation run = runWith(adjust);
-        EXPECT_EQ(run.logits, same.logits) << label << ": logits bit-identical";
-        EXPECT_EQ(run.tokens, same.tokens) << label;
-        for (int every : {0, 5})
-            EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, adjust), run.tokens)
-                << label << ", device chain, instrumentEvery " << every;
-    };
-    // The pieces' band before the wait (OpenOptions::piecesBandPrefetch, an experiment): the same
-    // bytes reach the pieces, so the default run's bits; the backend line says so.
-    const auto bandFirst = [](gemma::OpenOptions& o) { o.piecesBandPrefetch = true; };
-    bitIdenticalCase("pieces' band before the wait", bandFirst, exact);
-    EXPECT_NE(backendLine(bandFirst).find("norm + RoPE inside the tensor-core pieces (band prefetched)"), std::string::npos)
-        << backendLine(bandFirst);
-    // The cluster attention's push merge (OpenOptions::clusterPushMerge, an experiment): the pull
-    // merge's sums in the same order, so again the default run's bits; with the short-band cluster
-    // form of the full layers too (where a golden's full layers take it), that form's pull merge's.
-    const auto pushMerge = [](gemma::OpenOptions& o) { o.clusterPushMerge = true; };
-    bitIdenticalCase("cluster push merge", pushMerge, exact);
-    bitIdenticalCase("cluster push merge at a short band",
-                     [&](gemma::OpenOptions& o) {
-                         shortBand(o);
-                         pushMerge(o);
-                     },
-                     shortBandRun);
-    const std::string pushLine = backendLine(pushMerge);
-    if (pushLine.find("cluster attention on") != std::string::npos)
-        EXPECT_NE(pushLine.find("(push merge)"), std::string::npos) << pushLine;
     const std::string defaultLine = backendLine([](gemma::OpenOptions&) {});
     EXPECT_NE(defaultLine.find("norm + RoPE inside the tensor-core pieces"), std::string::npos) << "on by default: " << defaultLine;
     // The default pieces' band limit (kernels::kFullAttentionBandKeys), stated whatever the
@@ -319,6 +289,26 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     EXPECT_NE(defaultLine.find("full-layer pieces split for 4096 keys up to that band (at larger allocations)"), std::string::npos)
         << defaultLine;
     EXPECT_EQ(backendLine(separatePieces).find("norm + RoPE inside"), std::string::npos) << "off with the option";
+    // The attention prologues' version 22 form (OpenOptions::serialAttentionPrologue): the same
+    // arithmetic, so the default run's bits, and the device chain's ids alone and between timed
+    // steps; with the short-band cluster form of the full layers too, that run's bits.
+    const auto serialPrologue = [](gemma::OpenOptions& o) { o.serialAttentionPrologue = true; };
+    for (const auto& [label, adjust, same] :
+         {std::tuple{std::string("serial attention prologue"), std::function<void(gemma::OpenOptions&)>(serialPrologue), &exact},
+          std::tuple{std::string("serial attention prologue, short band"),
+                     std::function<void(gemma::OpenOptions&)>([&](gemma::OpenOptions& o) {
+                         shortBand(o);
+                         serialPrologue(o);
+                     }),
+                     &shortBandRun}}) {
+        const Generation run = runWith(adjust);
+        EXPECT_EQ(run.logits, same->logits) << label << ": logits bit-identical";
+        EXPECT_EQ(run.tokens, same->tokens) << label;
+        for (int every : {0, 5})
+            EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, adjust), run.tokens)
+                << label << ", device chain, instrumentEvery " << every;
+    }
+    EXPECT_NE(backendLine(serialPrologue).find("serial attention prologue"), std::string::npos) << backendLine(serialPrologue);
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");

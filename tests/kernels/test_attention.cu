@@ -35,6 +35,7 @@
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/cuda/NormRopeCache.cu"
+#include "PhaseReport.h"  // the measurement build (measure_attention_phases) only
 #include <functional>
 
 #include "HarnessCommon.h"
@@ -513,6 +514,13 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         };
         std::vector<float> oneCluster, other;
         clusterChecks(c, "cluster ", oneCluster);
+        // Version 22's prologue (QkvNormRopeParams::serialPrologue: the weights after the wait,
+        // read with each head): the same bits.
+        gc::AttentionDecodeParams serial = c;
+        serial.normRope.serialPrologue = true;
+        const bool serialCaches = repeatedLaunches(serial, [&](const std::vector<float>& out) { other = out; });
+        report.addCheck("cluster " + f.name + ": serial prologue bit-identical",
+                        serialCaches && std::memcmp(other.data(), oneCluster.data(), other.size() * sizeof(float)) == 0, "");
         // The head split (clusterHeadSplit 2): the same arithmetic per head as one cluster per kv
         // head, so at the same cluster size the same bits; refused off head dim 256 or odd groups.
         gc::AttentionDecodeParams split = c;
@@ -531,25 +539,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             report.addCheck("cluster heads split " + f.name + ": refused (head dim " + std::to_string(d) + ", group " +
                                 std::to_string(group) + ")",
                             gc::launchAttentionDecode(split, nullptr) == gc::KernelStatus::InvalidArgument, "");
-        }
-        // The push merge (clusterPushMerge): the pull merge's sums in the same order, so one
-        // cluster per kv head's bits, with the head split too where it fits (at one cluster per kv
-        // head's size, forced); every cluster check besides, the programmatic one included.
-        for (const bool headSplit : {false, true}) {
-            if (headSplit && !gc::clusterHeadSplitFits(d, group)) continue;
-            gc::AttentionDecodeParams pushed = c;
-            if (headSplit) {
-                pushed.clusterHeadSplit = 2;
-                pushed.splits = gc::attentionDecodeSplits(c);
-            }
-            pushed.clusterPushMerge = true;
-            const std::string tag = headSplit ? "cluster heads split, push merge " : "cluster push merge ";
-            std::vector<float> pushedOut;
-            clusterChecks(pushed, tag, pushedOut);
-            report.addCheck(tag + f.name + ": bit-identical to the pull merge",
-                            pushedOut.size() == oneCluster.size() &&
-                                std::memcmp(pushedOut.data(), oneCluster.data(), pushedOut.size() * sizeof(float)) == 0,
-                            "cluster size " + std::to_string(gc::attentionDecodeSplits(pushed)));
         }
         gc::AttentionDecodeParams twoRows = c;
         twoRows.rows = 2;
@@ -592,19 +581,20 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("pieces " + f.name + ": output bit-identical to norm+RoPE, pieces, merge", same, note);
         report.addCheck("pieces " + f.name + ": K/V cache bit-identical, raw q untouched", cachesSame && dq.download() == q,
                         cachesSame ? "" : "cache differs");
-        // The band before the wait (prefetchBand): the same bytes reach the tiles, so the same bits
-        // (the current slot is NaN before each launch: read early, it would poison the output).
-        gc::AttentionDecodeParams prefetched = fusedPieces;
-        prefetched.prefetchBand = true;
-        bool prefetchedSame = true;
-        const bool prefetchedCaches = repeatedLaunches(
-            prefetched,
-            [&](const std::vector<float>& launched) {
-                prefetchedSame &= std::memcmp(launched.data(), wantPieces.data(), launched.size() * sizeof(float)) == 0;
-            },
-            [&] { pieceWs.poison(); });
-        report.addCheck("pieces " + f.name + ": band before the wait, output and K/V cache bit-identical",
-                        prefetchedSame && prefetchedCaches, prefetchedSame ? (prefetchedCaches ? "" : "cache differs") : "output differs");
+        {
+            // Version 22's prologue (QkvNormRopeParams::serialPrologue: one head at a time per
+            // warp, the weights after the wait): the same bits.
+            gc::AttentionDecodeParams serial = fusedPieces;
+            serial.normRope.serialPrologue = true;
+            bool serialSame = true;
+            const bool serialCaches = repeatedLaunches(
+                serial,
+                [&](const std::vector<float>& launched) {
+                    serialSame &= std::memcmp(launched.data(), wantPieces.data(), launched.size() * sizeof(float)) == 0;
+                },
+                [&] { pieceWs.poison(); });
+            report.addCheck("pieces " + f.name + ": serial prologue bit-identical", serialSame && serialCaches, "");
+        }
         // One stored cache element as a double.
         const auto storedValue = [&](const std::vector<std::uint8_t>& bytes, std::int64_t index) -> double {
             if (bf16) {
@@ -677,11 +667,10 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         }
         // Programmatic launch: only the last producer overlaps the kernel, so each input it reads
         // after its wait is produced last once (q; then k, or for a KV-shared layer the current
-        // position's cache rows, which its source layer writes in the same step); with the band
-        // before the wait too, whose early loads must leave those inputs alone.
-        for (const auto& [queryLast, bandFirst] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
+        // position's cache rows, which its source layer writes in the same step).
+        for (const bool queryLast : {true, false}) {
             Producer producer(true);
-            gc::AttentionDecodeParams early = bandFirst ? prefetched : fusedPieces;
+            gc::AttentionDecodeParams early = fusedPieces;
             early.programmaticLaunch = true;
             dkc.upload(kBytes);
             dvc.upload(vBytes);
@@ -709,8 +698,8 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
             HCHECK(cudaDeviceSynchronize());
             const auto late = dout.download();
-            report.addCheck("pieces " + f.name + ": programmatic launch" + (bandFirst ? " (band before the wait), " : ", ") +
-                                (queryLast ? "q" : f.kvShared ? "cache rows" : "k") + " produced last",
+            report.addCheck("pieces " + f.name + ": programmatic launch, " + (queryLast ? "q" : f.kvShared ? "cache rows" : "k") +
+                                " produced last",
                             std::memcmp(late.data(), wantPieces.data(), late.size() * sizeof(float)) == 0 && dkc.download() == wantK &&
                                 dvc.download() == wantV,
                             "");
@@ -723,14 +712,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         bad.rows = 2;
         report.addCheck("pieces " + f.name + ": two rows refused", gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument,
                         "");
-        // The band before the wait exists only in the fused instance (one row): the prefill
-        // kernel refuses it elsewhere (the same parameters without it are valid).
-        gc::AttentionPrefillParams unfusedEarly = gc::attentionPrefillForm(plain);
-        gc::AttentionPrefillPlan unfusedPlan;
-        const bool validWithout = gc::attentionPrefillPlan(unfusedEarly, unfusedPlan) == gc::KernelStatus::Ok;
-        unfusedEarly.prefetchBand = true;
-        report.addCheck("pieces " + f.name + ": band before the wait without the norm + RoPE refused",
-                        validWithout && gc::launchAttentionPrefill(unfusedEarly, nullptr) == gc::KernelStatus::InvalidArgument, "");
     }
     // The fused launch's time against its split count (information only): each block's piece is
     // short at a full window, and the last block merges every split of the group.
@@ -791,6 +772,15 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             std::snprintf(line, sizeof line, "inside  %-32s %8.1f us  %7.1f GB/s (tensor-core pieces with the norm + RoPE, merge: %d splits)",
                           f.name.c_str(), insideUs, bandBytes / insideUs * 1e-3, gc::attentionDecodeSplits(inside));
             perf.push_back(line);
+#ifdef GEMMA_PHASE_CLOCK
+            // Where the pieces' time goes (AttentionPrefill.cu's marks 1-7; the merge kernel has none).
+            harness::phaseClockReset();
+            for (int i = 0; i < 200; ++i) gc::launchAttentionDecode(inside, nullptr);
+            HCHECK(cudaDeviceSynchronize());
+            for (const auto& phase : harness::phaseClockReport({"", "dependency wait", "prologue (norm + RoPE, hull)", "first phases issued",
+                                                                "K tile arrival", "scores + softmax", "P.V", "partials stored"}))
+                perf.push_back(phase);
+#endif
         }
         for (int size : {0, 8, 16}) {
             if (group > gc::kClusterAttentionMaxGroup) break;
@@ -807,6 +797,16 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                               bandBytes / us * 1e-3, gc::attentionDecodeSplits(t), size ? ", forced" : "",
                               headSplit == 2 ? ", heads split over two clusters" : "");
                 perf.push_back(line);
+#ifdef GEMMA_PHASE_CLOCK
+                // Where the launch's time goes (AttentionDecode.cu's marks 1-9), over 200 launches.
+                harness::phaseClockReset();
+                for (int i = 0; i < 200; ++i) gc::launchAttentionDecode(t, nullptr);
+                HCHECK(cudaDeviceSynchronize());
+                for (const auto& phase : harness::phaseClockReport({"", "band issue + wait", "prologue (norm + RoPE)", "chunk arrival",
+                                                                    "scores", "softmax", "P.V", "O stored + cluster barrier", "merge",
+                                                                    "second cluster barrier"}))
+                    perf.push_back(phase);
+#endif
             }
         }
     }

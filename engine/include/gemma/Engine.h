@@ -231,18 +231,12 @@ struct OpenOptions {
     // (gpu_parity_tests, every golden); the 12b decodes 0.8 % faster on the H200 at positions
     // 100-227 (docs/PERFORMANCE.md version 21 step 3). false: the separate kernel (comparisons).
     bool fusedPiecesNormRope = true;
-    // CUDA, with fusedPiecesNormRope: the tensor-core pieces read `positions` and issue their
-    // first K/V tiles of the band's earlier positions before waiting for the q/k/v matvec
-    // (AttentionDecodeParams::prefetchBand on the pieces; the query's own K/V rows after the
-    // wait), as the cluster attention does (attentionPrefetch). The same logits bit for bit. An
-    // experiment, off by default (docs/PERFORMANCE.md version 22 step 8; not yet run on a GPU).
-    bool piecesBandPrefetch = false;
-    // CUDA, cluster attention: the blocks merge by pushing each peer its slice of O and their
-    // (m, l) into the peer's shared memory, then one cluster barrier (AttentionDecodeParams::
-    // clusterPushMerge), instead of loading them from every peer after the barrier and holding a
-    // second one. The same logits bit for bit. An experiment, off by default (docs/PERFORMANCE.md
-    // version 22 step 9; not yet run on a GPU).
-    bool clusterPushMerge = false;
+    // CUDA: the decode attention launches that run the q/k/v norm + RoPE themselves (the cluster
+    // form, the tensor-core pieces with fusedPiecesNormRope) read the norm weights after the
+    // dependency wait and norm one head at a time per warp (QkvNormRopeParams::serialPrologue),
+    // as before version 23, instead of the weights before the wait and the pieces' heads loaded in
+    // batches of three per warp. The same logits bit for bit. For comparisons.
+    bool serialAttentionPrologue = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths

@@ -1,0 +1,80 @@
+// Host side of the phase clock (kernels/cuda/PhaseClock.h), for the measurement build of a harness
+// (-DGEMMA_PHASE_CLOCK): reset the sums, run launches, then one line per phase with the mean over
+// blocks of its time per launch and the slowest block's. Information only, never a check.
+#pragma once
+
+#ifdef GEMMA_PHASE_CLOCK
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "HarnessCommon.h"
+#include "PhaseClock.h"
+
+namespace harness {
+
+inline void phaseClockReset() {
+    const auto zero = std::make_unique<gemma::cuda::phaseclock::Clock>();
+    *zero = {};
+    HCHECK(cudaMemcpyToSymbol(gemma::cuda::phaseclock::gClock, zero.get(), sizeof *zero));
+}
+
+// names[i]: mark i's phase (index 0, the kernel's entry, has none; an empty name = unused mark).
+// Lines: per phase, mean and slowest block in ns per launch; the block span (the start to the
+// final mark) the same way; the latest launch's spread of block starts and its first start to last end.
+inline std::vector<std::string> phaseClockReport(const std::vector<std::string>& names) {
+    namespace pc = gemma::cuda::phaseclock;
+    const auto clock = std::make_unique<pc::Clock>();
+    HCHECK(cudaMemcpyFromSymbol(clock.get(), pc::gClock, sizeof *clock));
+    double spanNs = 0, spanCycles = 0;
+    std::vector<int> blocks;
+    for (int b = 0; b < pc::kBlocks; ++b)
+        if (clock->launches[b] > 0) {
+            blocks.push_back(b);
+            spanNs += static_cast<double>(clock->spanNs[b]);
+            for (int i = 1; i < pc::kMarks; ++i) spanCycles += static_cast<double>(clock->cycles[b][i]);
+        }
+    std::vector<std::string> lines;
+    if (blocks.empty() || spanNs <= 0) {
+        lines.emplace_back("phase clock: no block reached its final mark");
+        return lines;
+    }
+    const double nsPerCycle = spanNs / spanCycles;
+    char line[240];
+    auto addLine = [&](const std::string& name, auto&& perBlockNs) {
+        double sum = 0, worst = 0;
+        for (const int b : blocks) {
+            const double ns = perBlockNs(b);
+            sum += ns;
+            worst = std::max(worst, ns);
+        }
+        std::snprintf(line, sizeof line, "  %-28s %8.0f ns mean %8.0f ns slowest block", name.c_str(), sum / static_cast<double>(blocks.size()), worst);
+        lines.emplace_back(line);
+    };
+    std::snprintf(line, sizeof line, "phase clock: %zu blocks, %.3f GHz SM clock, per launch:", blocks.size(), 1.0 / nsPerCycle);
+    lines.emplace_back(line);
+    for (int i = 1; i < pc::kMarks && i < static_cast<int>(names.size()); ++i) {
+        if (names[static_cast<std::size_t>(i)].empty()) continue;
+        addLine(names[static_cast<std::size_t>(i)], [&](int b) {
+            return static_cast<double>(clock->cycles[b][i]) * nsPerCycle / static_cast<double>(clock->launches[b]);
+        });
+    }
+    addLine("block span", [&](int b) { return static_cast<double>(clock->spanNs[b]) / static_cast<double>(clock->launches[b]); });
+    unsigned long long firstStart = ~0ull, lastStart = 0, lastEnd = 0;
+    for (const int b : blocks) {
+        firstStart = std::min(firstStart, clock->lastStartNs[b]);
+        lastStart = std::max(lastStart, clock->lastStartNs[b]);
+        lastEnd = std::max(lastEnd, clock->lastEndNs[b]);
+    }
+    std::snprintf(line, sizeof line, "  latest launch: block starts spread %llu ns, first start to last end %llu ns (globaltimer)",
+                  lastStart - firstStart, lastEnd - firstStart);
+    lines.emplace_back(line);
+    return lines;
+}
+
+}  // namespace harness
+#endif
