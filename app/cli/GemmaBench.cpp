@@ -163,7 +163,6 @@ int main(int argc, char** argv) {
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},
-         {"serial-attention-prologue", false, "in the decode attention launches with the q/k/v norm + RoPE inside, read the norm weights after the dependency wait and norm one head at a time per warp (version 22's prologue; comparisons)"},
          {"separate-pieces-norm-rope", false, "run the full layers' decode q/k/v norm + RoPE and KV-cache write in their own kernel before the tensor-core attention pieces instead of inside them (comparisons)"},
          {"cluster-full-attention-keys", true, "run the decode attention of full layers with at most 8 query heads per KV head (e2b, e4b, 31b) as thread-block clusters while the band is at most N keys (0: never; default: where that is faster on the H200, 192 keys for e2b and 31b, 384 for e4b)", "N"},
          {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
@@ -218,7 +217,6 @@ int main(int argc, char** argv) {
     options.fuseFullAttention = cli.has("fused-full-attention");
     options.tensorCoreSlidingAttention = cli.has("tensor-core-sliding-attention");
     options.fusedPiecesNormRope = !cli.has("separate-pieces-norm-rope");
-    options.serialAttentionPrologue = cli.has("serial-attention-prologue");
     options.clusterAttentionHeadSplit = !cli.has("no-cluster-head-split");
     options.persistentLmHead = !cli.has("one-shot-lm-head");
     // An integer option into an int field (kept as it is when absent); false, said, when out of range.

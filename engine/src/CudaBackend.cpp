@@ -188,7 +188,7 @@ public:
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
-          fusedPiecesNormRope_(options.fusedPiecesNormRope), serialAttentionPrologue_(options.serialAttentionPrologue),
+          fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
@@ -294,7 +294,6 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
-               (serialAttentionPrologue_ ? ", serial attention prologue" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
@@ -1683,7 +1682,6 @@ private:
         p.rows = rows;
         p.eps = c.rmsNormEps;
         p.programmaticLaunch = programmaticLaunch_;
-        p.serialPrologue = serialAttentionPrologue_;
         return p;
     }
 
@@ -1817,7 +1815,6 @@ private:
     bool fuseFullAttention_ = false;
     bool tensorCoreSlidingAttention_ = false;
     bool fusedPiecesNormRope_ = true;   // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
-    bool serialAttentionPrologue_ = false;  // OpenOptions::serialAttentionPrologue
     bool clusterAttentionHeadSplit_ = true;
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)

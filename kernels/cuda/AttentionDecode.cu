@@ -586,17 +586,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // launch or a host copy apart from this one, so complete), and so was positions[0]: both are
     // read before the wait for the kernel before (PDL), which only q, k, v and the current
     // position's cache rows (a KV-shared layer's, or the separate norm kernel's) depend on.
-    // The prologue's norm weights and RoPE frequencies: warp 0 K's, warp 1 V's (no weight, no
-    // rotation), the others the query heads'. Model constants (no kernel writes them), so read
-    // before the wait up to head dim 256; at 512 they would stay live across the band's issue in
-    // 24 more registers, which spills at the launch bounds' 128 (e4b's full layers): there the
-    // prologue reads them with each head, as before.
-    const QkvNormRopeParams& r = p.normRope;
-    constexpr bool kWeightsEarly = kPairs <= 4;
-    HeadNormWeights<kPairs> headWeights;
-    if (kWeightsEarly && p.fuseNormRope && !r.serialPrologue)
-        headWeights = loadHeadNormWeights<kPairs>(warp == 0 ? r.kNormWeight : warp == 1 ? nullptr : r.qNormWeight, r.invFreq,
-                                                  r.rotatedPairs, warp != 1, D);
     if (!p.prefetchBand) {
         gridDependencyWait();      // q, k, v come from the kernel before (PDL)
         allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
@@ -660,20 +649,12 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 
     // Prologue, in parallel warps: this position's K (warp 0) and V (warp 1) when this block holds
     // it; the group's query heads (warps 2..) when the block has keys.
-    // One head's norm + RoPE by this warp (`weight` and `rotate` this warp's, as headWeights).
-    const auto normHead = [&](const float* src, const float* weight, bool rotate, float(&a)[kPairs], float(&b)[kPairs]) {
-        if (kWeightsEarly && !r.serialPrologue) {
-            loadHeadValues(src, D, a, b);
-            finishHeadNormRope(headWeights, static_cast<int>(current), D, r.eps, a, b);
-        } else {
-            headNormRope(src, weight, r.invFreq, r.rotatedPairs, rotate, static_cast<int>(current), D, r.eps, a, b);
-        }
-    };
+    const QkvNormRopeParams& r = p.normRope;
     if (writesCurrent && warp < 2) {
         const bool key = warp == 0;
         const float* src = (key ? r.k : r.v) + static_cast<std::int64_t>(kvh) * D;
         float a[kPairs], b[kPairs];
-        normHead(src, key ? r.kNormWeight : nullptr, key, a, b);
+        headNormRope(src, key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, key, static_cast<int>(current), D, r.eps, a, b);
         void* cache = key ? r.kCache : r.vCache;
         unsigned char* row = key ? curK : curV;
         const std::int64_t at = ((current % p.capacity) * p.kvHeads + kvh) * D;
@@ -688,7 +669,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         if (p.fuseNormRope) {
             for (int h = warp - 2; h >= 0 && h < g; h += kClusterWarps - 2) {
                 float a[kPairs], b[kPairs];
-                normHead(qGroup + h * D, r.qNormWeight, true, a, b);
+                headNormRope(qGroup + h * D, r.qNormWeight, r.invFreq, r.rotatedPairs, true, static_cast<int>(current), D, r.eps, a, b);
                 storeHead(D, a, b, [&](int j, float v) { qs[h * D + j] = v; });
             }
         } else {

@@ -299,15 +299,6 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const int mTotal = p.rows * G;
     const int dBase = wd * DW;
     GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-7
-    // Fused: the query heads' norm weights and the RoPE frequencies, and warp 0's the key's (model
-    // constants: no kernel writes them, so they are read before the wait).
-    constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
-    [[maybe_unused]] HeadNormWeights<kPairs> queryWeights, keyWeights;
-    if constexpr (kFusedNormRope) {
-        const QkvNormRopeParams& r = p.normRope;
-        if (!r.serialPrologue) queryWeights = loadHeadNormWeights<kPairs>(r.qNormWeight, r.invFreq, r.rotatedPairs, true, D);
-        if (!r.serialPrologue && warp == 0 && r.k) keyWeights = loadHeadNormWeights<kPairs>(r.kNormWeight, r.invFreq, r.rotatedPairs, true, D);
-    }
     gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
     allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
     GEMMA_PHASE_MARK(1);  // the dependency wait
@@ -361,63 +352,36 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     [[maybe_unused]] __half* const qStaged = kTile;  // the K/V tiles are first written after the fragments are read
     if constexpr (kFusedNormRope) {
         static_assert(Sh::kRows * kPitch * 2 <= Sh::kKvBytes, "the staged q fits the K/V tile area");
+        constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
         const QkvNormRopeParams& r = p.normRope;
         const int pos = p.positions[0];
         int pieceLo, pieceHi;
         bandPiece<BN>(p, pos, blockIdx.z, pieceLo, pieceHi);
         if (pieceLo <= pieceHi) {  // block-uniform; a piece without keys needs no q
             // Tasks, one warp each: K and V of the query's position (when this piece holds it, the
-            // last of its band), then the tile's query heads. A warp loads the heads of up to
-            // kBatch of its tasks before it norms any (one latency instead of kBatch).
+            // last of its band), then the tile's query heads.
             const int cacheTasks = r.k && pieceHi == pos ? 2 : 0;
             const int tileHeads = min(Sh::kRows, mTotal - mTile * Sh::kRows);
-            const int tasks = cacheTasks + tileHeads;
-            constexpr int kBatch = 3;
-            const int batch = r.serialPrologue ? 1 : kBatch;
-            const auto source = [&](int task) {
+            for (int task = warp; task < cacheTasks + tileHeads; task += Sh::kWarps) {
                 const bool query = task >= cacheTasks;
-                return query ? p.q + static_cast<long long>(kvh * G + mTile * Sh::kRows + task - cacheTasks) * D
-                             : (task == 0 ? r.k : r.v) + static_cast<long long>(kvh) * D;
-            };
-            for (int first = warp; first < tasks; first += batch * Sh::kWarps) {
-                float a[kBatch][kPairs], b[kBatch][kPairs];
-#pragma unroll
-                for (int i = 0; i < kBatch; ++i) {
-                    const int task = first + i * Sh::kWarps;
-                    if (i < batch && task < tasks && !r.serialPrologue) loadHeadValues(source(task), D, a[i], b[i]);
-                }
-#pragma unroll
-                for (int i = 0; i < kBatch; ++i) {
-                    const int task = first + i * Sh::kWarps;
-                    if (i >= batch || task >= tasks) break;
-                    const bool query = task >= cacheTasks;
-                    const bool key = !query && task == 0;
-                    const int head = task - cacheTasks;  // query tasks: the head's row in the tile
-                    // Three calls rather than one on a selected reference: that would put the
-                    // weights in local memory.
-                    if (r.serialPrologue) {
-                        headNormRope(source(task), query ? r.qNormWeight : key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs,
-                                     query || key, pos, D, r.eps, a[i], b[i]);
-                    } else if (query) {
-                        finishHeadNormRope(queryWeights, pos, D, r.eps, a[i], b[i]);
-                    } else if (key) {
-                        finishHeadNormRope(keyWeights, pos, D, r.eps, a[i], b[i]);
-                    } else {  // V: the norm without a weight, no rotation (no memory read)
-                        finishHeadNormRope(loadHeadNormWeights<kPairs>(nullptr, r.invFreq, r.rotatedPairs, false, D), pos, D, r.eps, a[i], b[i]);
-                    }
-                    if (query) {
-                        // The unfused kernel's packHalf2 of the same fp32 values: the same bits.
-                        __half* row = qStaged + head * kPitch;
-                        storeHead(D, a[i], b[i], [&](int j, float v) { row[j] = __float2half_rn(v); });
-                    } else {
-                        void* cache = key ? r.kCache : r.vCache;
-                        const long long at = (static_cast<long long>(pos) % r.capacity * r.kvHeads + kvh) * D;
-                        storeHead(D, a[i], b[i], [&](int j, float v) { storeKv(cache, r.kvDtype, at + j, v); });
-                        // The block's tile loads read this row after the barrier below (cp.async:
-                        // generic-proxy reads by the issuing threads, ordered after the barrier at
-                        // block scope).
-                        __threadfence_block();
-                    }
+                const bool key = !query && task == 0;
+                const int head = task - cacheTasks;  // query tasks: the head's row in the tile
+                const float* src = query ? p.q + static_cast<long long>(kvh * G + mTile * Sh::kRows + head) * D
+                                         : (key ? r.k : r.v) + static_cast<long long>(kvh) * D;
+                float a[kPairs], b[kPairs];
+                headNormRope(src, query ? r.qNormWeight : key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, query || key, pos, D,
+                             r.eps, a, b);
+                if (query) {
+                    // The unfused kernel's packHalf2 of the same fp32 values: the same bits.
+                    __half* row = qStaged + head * kPitch;
+                    storeHead(D, a, b, [&](int j, float v) { row[j] = __float2half_rn(v); });
+                } else {
+                    void* cache = key ? r.kCache : r.vCache;
+                    const long long at = (static_cast<long long>(pos) % r.capacity * r.kvHeads + kvh) * D;
+                    storeHead(D, a, b, [&](int j, float v) { storeKv(cache, r.kvDtype, at + j, v); });
+                    // The block's tile loads read this row after the barrier below (cp.async: generic-
+                    // proxy reads by the issuing threads, ordered after the barrier at block scope).
+                    __threadfence_block();
                 }
             }
         }

@@ -61,6 +61,7 @@
 #include <kernels/WeightFormats.h>
 
 #include "CudaCommon.h"
+#include "PhaseClock.h"
 
 namespace gemma::cuda {
 namespace fp4detail {
@@ -816,12 +817,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
     // with a programmatic launch they even overlap the previous kernel's tail, and only x waits
     // for it (gridDependencyWait: a no-op without a programmatic dependency).
+    GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-6
     allowDependentsToStart();
 #pragma unroll
     for (int u = 0; u < D; ++u) {
         if (u < items) fetch(u);
     }
+    GEMMA_PHASE_MARK(1);  // the first items' weight loads issued
     gridDependencyWait();
+    GEMMA_PHASE_MARK(2);  // the dependency wait
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
     uint4* xsLo = xsHi + groups * 16;
@@ -837,6 +841,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
     __syncthreads();
+    GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one)
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
     IntegerLane intLane{};
@@ -856,6 +861,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
         accA = accB = upAccA = upAccB = 0.0f;
         __syncthreads();
+        if (mine == 0) GEMMA_PHASE_MARK(4);  // the first tile: its items (the first weights' arrival) and barrier
+        else GEMMA_PHASE_MARK(5);            // every later tile: its items and barrier
         if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
             storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
     };
@@ -888,6 +895,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
     if (myGroups == 0)
         for (int t = 0; t < myTiles; ++t) flush(t);
+    GEMMA_PHASE_END(6);  // the last tile's row stores (warp 0's share)
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------

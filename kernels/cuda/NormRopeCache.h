@@ -40,11 +40,6 @@ struct QkvNormRopeParams {
     // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
     // before its first global access). Ignored elsewhere.
     bool programmaticLaunch = false;
-    // The fused attention prologues (AttentionDecodeParams::fuseNormRope) only, for comparisons:
-    // read the norm weights after the dependency wait with each head and norm one head at a time
-    // per warp (version 22's prologue) instead of the weights before the wait and the tensor-core
-    // pieces' heads loaded in batches (docs/PERFORMANCE.md version 23). The same bits either way.
-    bool serialPrologue = false;
 };
 
 KernelStatus launchQkvNormRope(const QkvNormRopeParams& params, cudaStream_t stream);

@@ -18,7 +18,6 @@
 
 #include <cmath>
 #include <functional>
-#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "CudaBackend.h"
@@ -289,26 +288,6 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     EXPECT_NE(defaultLine.find("full-layer pieces split for 4096 keys up to that band (at larger allocations)"), std::string::npos)
         << defaultLine;
     EXPECT_EQ(backendLine(separatePieces).find("norm + RoPE inside"), std::string::npos) << "off with the option";
-    // The attention prologues' version 22 form (OpenOptions::serialAttentionPrologue): the same
-    // arithmetic, so the default run's bits, and the device chain's ids alone and between timed
-    // steps; with the short-band cluster form of the full layers too, that run's bits.
-    const auto serialPrologue = [](gemma::OpenOptions& o) { o.serialAttentionPrologue = true; };
-    for (const auto& [label, adjust, same] :
-         {std::tuple{std::string("serial attention prologue"), std::function<void(gemma::OpenOptions&)>(serialPrologue), &exact},
-          std::tuple{std::string("serial attention prologue, short band"),
-                     std::function<void(gemma::OpenOptions&)>([&](gemma::OpenOptions& o) {
-                         shortBand(o);
-                         serialPrologue(o);
-                     }),
-                     &shortBandRun}}) {
-        const Generation run = runWith(adjust);
-        EXPECT_EQ(run.logits, same->logits) << label << ": logits bit-identical";
-        EXPECT_EQ(run.tokens, same->tokens) << label;
-        for (int every : {0, 5})
-            EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, adjust), run.tokens)
-                << label << ", device chain, instrumentEvery " << every;
-    }
-    EXPECT_NE(backendLine(serialPrologue).find("serial attention prologue"), std::string::npos) << backendLine(serialPrologue);
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");

@@ -514,13 +514,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         };
         std::vector<float> oneCluster, other;
         clusterChecks(c, "cluster ", oneCluster);
-        // Version 22's prologue (QkvNormRopeParams::serialPrologue: the weights after the wait,
-        // read with each head): the same bits.
-        gc::AttentionDecodeParams serial = c;
-        serial.normRope.serialPrologue = true;
-        const bool serialCaches = repeatedLaunches(serial, [&](const std::vector<float>& out) { other = out; });
-        report.addCheck("cluster " + f.name + ": serial prologue bit-identical",
-                        serialCaches && std::memcmp(other.data(), oneCluster.data(), other.size() * sizeof(float)) == 0, "");
         // The head split (clusterHeadSplit 2): the same arithmetic per head as one cluster per kv
         // head, so at the same cluster size the same bits; refused off head dim 256 or odd groups.
         gc::AttentionDecodeParams split = c;
@@ -581,20 +574,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("pieces " + f.name + ": output bit-identical to norm+RoPE, pieces, merge", same, note);
         report.addCheck("pieces " + f.name + ": K/V cache bit-identical, raw q untouched", cachesSame && dq.download() == q,
                         cachesSame ? "" : "cache differs");
-        {
-            // Version 22's prologue (QkvNormRopeParams::serialPrologue: one head at a time per
-            // warp, the weights after the wait): the same bits.
-            gc::AttentionDecodeParams serial = fusedPieces;
-            serial.normRope.serialPrologue = true;
-            bool serialSame = true;
-            const bool serialCaches = repeatedLaunches(
-                serial,
-                [&](const std::vector<float>& launched) {
-                    serialSame &= std::memcmp(launched.data(), wantPieces.data(), launched.size() * sizeof(float)) == 0;
-                },
-                [&] { pieceWs.poison(); });
-            report.addCheck("pieces " + f.name + ": serial prologue bit-identical", serialSame && serialCaches, "");
-        }
         // One stored cache element as a double.
         const auto storedValue = [&](const std::vector<std::uint8_t>& bytes, std::int64_t index) -> double {
             if (bf16) {

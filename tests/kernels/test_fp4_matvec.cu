@@ -21,6 +21,7 @@
 #include "../../kernels/cuda/RmsNorm.cu"
 #include "../../kernels/cuda/StreamRead.cu"
 #include "HarnessCommon.h"
+#include "PhaseReport.h"  // the measurement build (measure_matvec_phases) only
 
 using namespace harness;
 using gemma::cuda::Fp4MatvecParams;
@@ -485,6 +486,14 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                               s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                               bytes / registers * 1e-3);
                 perfLines.push_back(line + contextColumns(context, bytes));
+#ifdef GEMMA_PHASE_CLOCK
+                // Where the tiled GeGLU launch's time goes (Fp4Matvec.cu's marks 1-6), over 200
+                // launches on rotating weight copies (from DRAM), not programmatic.
+                harness::phaseClockReset();
+                timeGeglu(false, false);
+                for (const auto& phase : harness::phaseClockReport({"", "first weights issued", "dependency wait", "x staged", "first tile", "later tiles", "last stores"}))
+                    perfLines.push_back(phase);
+#endif
             } else {
                 const double us = timeGeglu(false, false);
                 const double half1 = timeGeglu(false, true), cores = timeGeglu(true, false);
@@ -547,6 +556,14 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                           bytes / registers * 1e-3);
             perfLines.push_back(line + contextColumns(context, bytes));
+#ifdef GEMMA_PHASE_CLOCK
+            // Where the tiled launch's time goes (Fp4Matvec.cu's marks 1-6), over the timed
+            // launches on rotating weight copies (from DRAM), not programmatic.
+            harness::phaseClockReset();
+            timeVariant(false, 0, false, false);
+            for (const auto& phase : harness::phaseClockReport({"", "first weights issued", "dependency wait", "x staged", "first tile", "later tiles", "last stores"}))
+                perfLines.push_back(phase);
+#endif
             return;
         }
         const double us = timeVariant(false, 0, false, false);

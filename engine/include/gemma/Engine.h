@@ -231,12 +231,6 @@ struct OpenOptions {
     // (gpu_parity_tests, every golden); the 12b decodes 0.8 % faster on the H200 at positions
     // 100-227 (docs/PERFORMANCE.md version 21 step 3). false: the separate kernel (comparisons).
     bool fusedPiecesNormRope = true;
-    // CUDA: the decode attention launches that run the q/k/v norm + RoPE themselves (the cluster
-    // form, the tensor-core pieces with fusedPiecesNormRope) read the norm weights after the
-    // dependency wait and norm one head at a time per warp (QkvNormRopeParams::serialPrologue),
-    // as before version 23, instead of the weights before the wait and the pieces' heads loaded in
-    // batches of three per warp. The same logits bit for bit. For comparisons.
-    bool serialAttentionPrologue = false;
     // CUDA, with clusterAttention and programmaticLaunch: the cluster blocks load the first chunk
     // of the band's earlier positions before waiting for the q/k/v matvec (AttentionDecodeParams::
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Where a kernel's time goes, phase by phase (docs/PERFORMANCE.md version 23): builds the harnesses
+# with the phase clock on (kernels/cuda/PhaseClock.h) and runs chosen cases alone. Each timing line
+# of the instrumented kernels is followed by its phases: the mean over blocks and the slowest
+# block, in ns per launch, from SM cycles at the clock the SMs ran.
+#   measure_attention_phases: the cluster attention (each cluster timing line) and the tensor-core
+#     pieces with the norm + RoPE inside (each full layer's `inside` line);
+#   measure_matvec_phases: the FP4 matvec's tiled launches (matvec and GeGLU).
+#   GPU_PHASE_CASES   ';'-separated fused attention cases (default: the 12b sliding layer at
+#                     position 150 and over a full f32 window, the 12b full layer at position 150)
+#   GPU_PHASE_SHAPES  a substring of test_fp4_matvec's preset shapes (default: 12b; empty: none)
+# Builds in /tmp/gemma-kernels-build (scripts/gpu_kernels.sh's build directory).
+# Output: $OUT/phases.txt.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-/tmp/phases-out}
+BUILD=${GPU_KERNELS_BUILD:-/tmp/gemma-kernels-build}
+CASES=${GPU_PHASE_CASES-"12b sliding pos 150 f32;12b sliding ring wrap f32;12b full pos 150 f32"}
+SHAPES=${GPU_PHASE_SHAPES-12b}
+mkdir -p "$OUT"
+report="$OUT/phases.txt"
+: > "$report"
+cmake -S "$ROOT/tests/kernels" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
+  cmake --build "$BUILD" -j "$(nproc)" --target measure_attention_phases measure_matvec_phases >> "$OUT/build.log" 2>&1 ||
+  { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+rm -f "$OUT/build.log"
+IFS=';' read -r -a cases <<< "$CASES"
+for c in "${cases[@]}"; do
+  echo "=== attention: $c" >> "$report"
+  GEMMA_FIXTURES="$c" timeout 200 "$BUILD/measure_attention_phases" > "$OUT/run.txt" 2>&1
+  echo "exit $?" >> "$report"
+  grep -E "FAIL|^SUMMARY" "$OUT/run.txt" >> "$report"
+  sed -n '/^attention timing/,$p' "$OUT/run.txt" >> "$report"
+done
+if [ -n "$SHAPES" ]; then
+  echo "=== matvec: $SHAPES" >> "$report"
+  GEMMA_SHAPES="$SHAPES" timeout 300 "$BUILD/measure_matvec_phases" > "$OUT/run.txt" 2>&1
+  echo "exit $?" >> "$report"
+  grep -vE " ok$| ok |^  *[a-z].*(pass|ok)" "$OUT/run.txt" | grep -E "FAIL|SUMMARY|tiled|phase|^    " >> "$report"
+fi
+rm -f "$OUT/run.txt"
+cat "$report"
