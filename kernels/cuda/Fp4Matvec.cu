@@ -57,7 +57,6 @@
 // the +0 padding).
 #include "Fp4Matvec.h"
 
-#include <cooperative_groups.h>
 #include <kernels/Fp4Decode.h>
 #include <kernels/WeightFormats.h>
 
@@ -575,17 +574,10 @@ __device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_ui
 constexpr int kIntStagePieces = 2;  // 16-input pieces per thread per pass, loads issued first
 
 // Converts the S pieces a thread holds in one pass (piece c = base + s·kMmaThreads + thread; v[s][f]
-// = its inputs 4f .. 4f+3, zero past `in`), pieces c < `pieces` only. Warp-uniform: every lane
-// takes part in the shuffles (base a multiple of 8, so a group's pieces share 8 lanes). Every
-// shared-memory word goes through store(address, value): this block's memory, or (the clusterX
-// experiment) every block's of the cluster.
-struct LocalStore {
-    template <typename T>
-    __device__ __forceinline__ void operator()(T* at, T value) const { *at = value; }
-};
-template <int S, typename Store = LocalStore>
+// = its inputs 4f .. 4f+3, zero past `in`). Warp-uniform: every lane takes part in the shuffles.
+template <int S>
 __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base, int pieces, std::int64_t stride,
-                                               std::uint8_t* planes, float* factors, Store&& store = Store{}) {
+                                               std::uint8_t* planes, float* factors) {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
         const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
@@ -599,7 +591,7 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
         if (c >= pieces) continue;
         const int e = formats::fp4decode::integerExponent(maxBits);
         const float up = formats::fp4decode::powerOfTwo(e);
-        if ((c & 7) == 0) store(factors + (c >> 3), formats::fp4decode::integerFactor(maxBits, e));
+        if ((c & 7) == 0) factors[c >> 3] = formats::fp4decode::integerFactor(maxBits, e);
         std::uint32_t word[kPlanes][4];
 #pragma unroll
         for (int f = 0; f < 4; ++f) {
@@ -614,32 +606,26 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
         }
 #pragma unroll
         for (int p = 0; p < kPlanes; ++p)
-            store(reinterpret_cast<uint4*>(planes + p * stride + static_cast<std::int64_t>(c) * 16),
-                  make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]));
+            *reinterpret_cast<uint4*>(planes + p * stride + static_cast<std::int64_t>(c) * 16) =
+                make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
     }
 }
 
-// Pieces [first, end) of x (first a multiple of 8: whole groups) converted and stored through
-// `store`; stageXInteger is all of them into this block's memory.
-template <typename Store = LocalStore>
-__device__ __forceinline__ void stageXIntegerPieces(const float* __restrict__ x, std::int64_t in, int groups, int first, int end,
-                                                    std::uint8_t* planes, float* factors, Store&& store = Store{}) {
+__device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
+                                              float* factors) {
+    const int pieces = groups * 8;
     // Warp-uniform trip count: every lane takes part in the shuffles.
-    for (int base = first; base < end; base += kMmaThreads * kIntStagePieces) {
+    for (int base = 0; base < pieces; base += kMmaThreads * kIntStagePieces) {
         float4 v[kIntStagePieces][4];
 #pragma unroll
         for (int s = 0; s < kIntStagePieces; ++s) {
             const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
 #pragma unroll
             for (int f = 0; f < 4; ++f)
-                v[s][f] = c < end ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        convertXPieces<kIntStagePieces>(v, base, end, planeBytes(groups), planes, factors, store);
+        convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
     }
-}
-__device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
-                                              float* factors) {
-    stageXIntegerPieces(x, in, groups, 0, groups * 8, planes, factors);
 }
 
 // The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
@@ -767,9 +753,7 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-// CLUSTERX (Fp4MatvecParams::clusterX, an experiment; integer x without an input norm): x staged
-// once per thread-block cluster (see stageXIntegerPieces' use below).
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool CLUSTERX = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
@@ -834,12 +818,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // with a programmatic launch they even overlap the previous kernel's tail, and only x waits
     // for it (gridDependencyWait: a no-op without a programmatic dependency).
     GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-6
-    static_assert(!CLUSTERX || INTEGER, "cluster staging: integer x");
-    // A block stores into a peer's shared memory only once every block of the cluster has started:
-    // arrive now, wait just before the first remote store.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // the launcher refuses CLUSTERX below sm_90
-    if constexpr (CLUSTERX) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
     allowDependentsToStart();
 #pragma unroll
     for (int u = 0; u < D; ++u) {
@@ -855,34 +833,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const float postscale = INTEGER ? 1.0f : kXPostscale;
     std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
-    if constexpr (CLUSTERX) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        // Block r of C converts groups [r·⌈groups/C⌉, ...) and stores them into every block of the
-        // cluster; the cluster barrier (release/acquire) publishes them, and this block's own
-        // constant columns, to its threads.
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        const int C = static_cast<int>(cluster.num_blocks());
-        const int rank = static_cast<int>(cluster.block_rank());
-        const int perRank = (groups + C - 1) / C;
-        const int first = min(groups, rank * perRank), end = min(groups, first + perRank);
+    if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
-        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every peer has started
-        stageXIntegerPieces(args.x, in, groups, first * 8, end * 8, intPlanes, intFactors, [&](auto* at, auto value) {
-            for (int k = 0; k < C; ++k) *cluster.map_shared_rank(at, k) = value;
-        });
-        cluster.sync();
-#endif
+        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
-        if constexpr (INTEGER) {
-            writeConstantColumns(intPlanes, groups);
-            if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
-            else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
-        } else {
-            stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
-        }
-        __syncthreads();
+        stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
+    __syncthreads();
     GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one)
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
@@ -1038,13 +996,11 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-// CLUSTERX: clusters of `clusterX` blocks (the grid rounded up to whole clusters; a block past the
-// tiles stages its share of x and computes nothing).
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool CLUSTERX = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
-                           bool programmatic, cudaStream_t stream, int clusterX = 0) {
+                           bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED, CLUSTERX>;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -1055,12 +1011,7 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
-    int blocks = (tiles + rounds - 1) / rounds;
-    if constexpr (CLUSTERX) {
-        blocks = (blocks + clusterX - 1) / clusterX * clusterX;
-        return launchKernelWith(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic,
-                                static_cast<unsigned>(clusterX), args, tiles);
-    }
+    const int blocks = (tiles + rounds - 1) / rounds;
     return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
 }
 
@@ -1105,10 +1056,7 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    if (p.clusterX != 0) {  // validated by launchImpl: a plain tiled integer matvec without an input norm
-        if constexpr (GEGLU) return KernelStatus::InvalidArgument;
-        else err = launchMmaTyped<false, XForm::Integer, 4, 1, true, true>(args, tiles, smem, facts, pdl, stream, p.clusterX);
-    } else if (p.tiled && form == XForm::Integer) {
+    if (p.tiled && form == XForm::Integer) {
         if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
         else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
@@ -1169,14 +1117,9 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     if (formats::fp4RowBytes(p.in) / 16 > 0x7fffffff / 64) return KernelStatus::Unsupported;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-    // The clusterX experiment: the tiled integer tensor-core path of a plain matvec on sm_90+.
-    if (p.clusterX != 0 && (GEGLU || normed || (p.clusterX != 2 && p.clusterX != 4 && p.clusterX != 8) || !p.tiled || p.rows != 1 ||
-                            p.extraCount != 0 || p.geluGate || p.forceCudaCores || p.fp16X || p.singleHalfX || p.twoGroupItems ||
-                            facts.computeMajor < 9))
-        return KernelStatus::InvalidArgument;
     if (p.rows == 1 && !p.forceCudaCores) {
         const KernelStatus status = launchMma<GEGLU>(p, facts, stream);
-        if (status != KernelStatus::Unsupported || normed || p.geluGate || p.clusterX) return status;
+        if (status != KernelStatus::Unsupported || normed || p.geluGate) return status;
         // x does not fit in shared memory: the CUDA-core kernel reads it from global memory.
     }
     // The CUDA-core kernel, one launch per segment.

@@ -60,13 +60,6 @@ struct Fp4MatvecParams {
     // CUDA backend tiles its weights at load (Fp4Tile.cu): the tensor-core kernel's loads become
     // contiguous 512-byte reads. Not with twoGroupItems.
     bool tiled = false;
-    // An experiment (docs/PERFORMANCE.md version 23), off by default (0): x staged once per
-    // thread-block cluster of this many blocks (2, 4 or 8) instead of by every block. Block r of
-    // a cluster reads and converts its share of x's groups and stores the integer planes into
-    // every peer's shared memory; one cluster barrier publishes them. The same planes, so the same
-    // bits. The tiled integer tensor-core path without an input norm only (a plain matvec: the
-    // decode step's o and down projections: no extras, no gelu gate), refused elsewhere; sm_90+.
-    int clusterX = 0;
     // Tensor-core path on sm_90+: launch with programmatic stream serialization, so the kernel may
     // start while the previous kernel in the stream finishes; it prefetches its first weights and
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The

@@ -142,13 +142,6 @@ double geluTanhRef(double v) {
 // TiledCudaCores: the same on the fp32 CUDA-core kernel.
 enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Tiled, TiledCudaCores };
 bool isTiled(Path p) { return p == Path::Tiled || p == Path::TiledCudaCores; }
-// Thread-block clusters (Fp4MatvecParams::clusterX): sm_90 and newer.
-bool clusterCapable() {
-    int device = 0, major = 0;
-    HCHECK(cudaGetDevice(&device));
-    HCHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    return major >= 9;
-}
 
 // A weight in the tiled layout (kernels/include/kernels/Fp4Tiled.h) on the device, made by the
 // Fp4Tile op from the row layout into poisoned buffers; the op's output is checked byte for byte
@@ -346,24 +339,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         sameBits(got, dy.download(), s.out), "");
     };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
-    // The clusterX experiment (x staged once per thread-block cluster, sm_90+): the same planes, so
-    // the same bits as the default tiled launch; and its refusals.
-    const bool clusterXApplies = path == Path::Tiled && rows == 1 && !p.inputNorm.residualIn && p.extraCount == 0 && clusterCapable();
-    if (clusterXApplies) {
-        for (int size : {2, 4, 8}) {
-            Fp4MatvecParams c = p;
-            c.clusterX = size;
-            dy.poison();
-            HCHECK_STATUS(gemma::cuda::launchFp4Matvec(c, nullptr));
-            HCHECK(cudaDeviceSynchronize());
-            report.addCheck("matvec " + s.name + " x staged per cluster of " + std::to_string(size) + " bit-identical", sameBits(y, dy.download(), s.out),
-                            "");
-        }
-        Fp4MatvecParams odd = p;
-        odd.clusterX = 3;
-        report.addCheck("matvec " + s.name + " x per cluster of 3 refused",
-                        gemma::cuda::launchFp4Matvec(odd, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
-    }
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -441,12 +416,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
         if (isTiled(path)) checkAgainstRows(g, true, yg, &du);
-        if (clusterXApplies) {
-            Fp4MatvecParams c = g;
-            c.clusterX = 2;
-            report.addCheck("geglu  " + s.name + " x per cluster refused",
-                            gemma::cuda::launchFp4GegluMatvec(c, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
-        }
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -550,13 +519,11 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         const Rotation<std::uint16_t> ss(dw.scales, copies);
         const Rotation<std::uint32_t> tss(tiled.scales, copies);
         // cudaCores: the fp32 kernel with rowsPerWarp (0 = its own choice) / global x.
-        int timedClusterX = 0;  // Fp4MatvecParams::clusterX of the timed launches
         auto timeVariant = [&](bool cudaCores, int rowsPerWarp, bool globalX, bool singleHalf, bool twoGroups = false,
                                bool fp16 = false, bool sameCopy = false, bool programmatic = false) {
             return medianMicros(
                 [&](int i) {
                     Fp4MatvecParams t = p;
-                    t.clusterX = timedClusterX;
                     t.programmaticLaunch = programmatic;
                     const int c = sameCopy ? 0 : i % copies;
                     t.codes = t.tiled ? tcc.at(c) : cc.at(c);
@@ -599,34 +566,14 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             // launches on rotating weight copies (from DRAM): alone, then programmatically, each
             // launch after the previous one (as in the decode step: the next launch's blocks issue
             // their weights and wait while the last blocks of the previous one finish).
-            const auto phases = [&](const char* title, bool programmatic) {
+            for (const bool programmatic : {false, true}) {
                 harness::phaseClockReset();
                 timeVariant(false, 0, false, false, false, false, false, programmatic);
-                perfLines.emplace_back(title);
+                perfLines.emplace_back(programmatic ? "  programmatic, each launch after the previous:" : "  alone:");
                 for (const auto& phase : harness::phaseClockReport({"", "first weights issued", "dependency wait", "x staged", "first tile", "later tiles", "last stores"}))
                     perfLines.push_back(phase);
-            };
-            phases("  alone:", false);
-            phases("  programmatic, each launch after the previous:", true);
-#endif
-            // The clusterX experiment: x staged once per cluster, alone and as a programmatic chain.
-            if (clusterXApplies) {
-                std::string clusters = "  x staged per cluster (tiled):";
-                for (int size : {2, 4, 8}) {
-                    timedClusterX = size;
-                    const double alone = timeVariant(false, 0, false, false);
-                    const double chained = timeVariant(false, 0, false, false, false, false, false, true);
-                    char part[96];
-                    std::snprintf(part, sizeof part, " | of %d %6.2f us, programmatic %6.2f us", size, alone, chained);
-                    clusters += part;
-                }
-                perfLines.push_back(clusters);
-#ifdef GEMMA_PHASE_CLOCK
-                timedClusterX = 8;
-                phases("  x per cluster of 8, programmatic, each launch after the previous:", true);
-#endif
-                timedClusterX = 0;
             }
+#endif
             return;
         }
         const double us = timeVariant(false, 0, false, false);
