@@ -60,6 +60,8 @@
 #include <kernels/Fp4Decode.h>
 #include <kernels/WeightFormats.h>
 
+#include <type_traits>
+
 #include "CudaCommon.h"
 #include "PhaseClock.h"
 
@@ -310,6 +312,9 @@ struct MmaArgs {
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
     const float* geluGate;            // Fp4MatvecParams::geluGate (segment 0 only, not with GeGLU)
+#ifdef GEMMA_PHASE_CLOCK
+    bool weightsAfterStaging;  // Fp4MatvecParams::measureWeightsAfterStaging
+#endif
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -611,8 +616,14 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
     }
 }
 
+// `mark(i)`: the phase clock's marks 7 (a pass's x loads issued), 8 (its first loaded value
+// here: thread 0's loads have arrived) and 9 (converted, planes stored); nothing in the engine.
+struct NoMark {
+    __device__ __forceinline__ void operator()(int) const {}
+};
+template <typename Mark = NoMark>
 __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
-                                              float* factors) {
+                                              float* factors, Mark&& mark = Mark{}) {
     const int pieces = groups * 8;
     // Warp-uniform trip count: every lane takes part in the shuffles.
     for (int base = 0; base < pieces; base += kMmaThreads * kIntStagePieces) {
@@ -624,7 +635,16 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
             for (int f = 0; f < 4; ++f)
                 v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
+        mark(7);
+#ifdef GEMMA_PHASE_CLOCK
+        if constexpr (!std::is_same_v<std::decay_t<Mark>, NoMark>) {
+            phaseclock::waitFor(v[0][0].x);
+            phaseclock::waitFor(v[kIntStagePieces - 1][3].w);
+            mark(8);
+        }
+#endif
         convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
+        mark(9);
     }
 }
 
@@ -817,11 +837,18 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
     // with a programmatic launch they even overlap the previous kernel's tail, and only x waits
     // for it (gridDependencyWait: a no-op without a programmatic dependency).
-    GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-6
+    GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-9
+#ifdef GEMMA_PHASE_CLOCK
+    const bool weightsFirst = !args.weightsAfterStaging;
+#else
+    constexpr bool weightsFirst = true;
+#endif
     allowDependentsToStart();
+    if (weightsFirst) {
 #pragma unroll
-    for (int u = 0; u < D; ++u) {
-        if (u < items) fetch(u);
+        for (int u = 0; u < D; ++u) {
+            if (u < items) fetch(u);
+        }
     }
     GEMMA_PHASE_MARK(1);  // the first items' weight loads issued
     gridDependencyWait();
@@ -835,13 +862,23 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
+#ifdef GEMMA_PHASE_CLOCK
+        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors, [&](int i) { GEMMA_PHASE_MARK(i); });
+#else
         if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
+#endif
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
     __syncthreads();
-    GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one)
+    GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one); with marks 7-9: the barrier
+    if (!weightsFirst) {
+#pragma unroll
+        for (int u = 0; u < D; ++u) {
+            if (u < items) fetch(u);
+        }
+    }
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
     IntegerLane intLane{};
@@ -1032,6 +1069,9 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.x = p.x;
     args.norm = p.inputNorm;
     args.geluGate = p.geluGate;
+#ifdef GEMMA_PHASE_CLOCK
+    args.weightsAfterStaging = p.measureWeightsAfterStaging;
+#endif
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {

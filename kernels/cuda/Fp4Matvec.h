@@ -97,6 +97,12 @@ struct Fp4MatvecParams {
     const float* geluGate = nullptr;
     int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
+#ifdef GEMMA_PHASE_CLOCK
+    // Measurement builds only (kernels/cuda/PhaseClock.h; docs/PERFORMANCE.md version 23, next
+    // lever 1): the tensor-core kernel issues its first weight items after staging x instead of
+    // before it, to see whether the x loads wait behind them.
+    bool measureWeightsAfterStaging = false;
+#endif
 };
 
 // y = W·x.

@@ -56,6 +56,13 @@ __device__ __forceinline__ State start() {
     return s;
 }
 
+// Makes thread 0 wait until a loaded `value` has arrived, for a mark after it: a store of it
+// (a store reads its data register, so it waits for the load; a plain move could be removed).
+__device__ float gWaitSink;
+__device__ __forceinline__ void waitFor(float value) {
+    if (timedThread()) gWaitSink = value;
+}
+
 // `final`: the block's last mark of this launch.
 __device__ __forceinline__ void mark(int index, State& s, bool final) {
     if (!timedThread() || timedBlock() >= static_cast<unsigned>(kBlocks)) return;
