@@ -313,7 +313,7 @@ struct MmaArgs {
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
     const float* geluGate;            // Fp4MatvecParams::geluGate (segment 0 only, not with GeGLU)
 #ifdef GEMMA_PHASE_CLOCK
-    bool weightsAfterStaging;  // Fp4MatvecParams::measureWeightsAfterStaging
+    int itemsBeforeWait;  // Fp4MatvecParams::measureItemsBeforeWait
 #endif
 };
 
@@ -839,16 +839,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // for it (gridDependencyWait: a no-op without a programmatic dependency).
     GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-9
 #ifdef GEMMA_PHASE_CLOCK
-    const bool weightsFirst = !args.weightsAfterStaging;
+    const int early = args.itemsBeforeWait < 0 || args.itemsBeforeWait > D ? D : args.itemsBeforeWait;
 #else
-    constexpr bool weightsFirst = true;
+    constexpr int early = D;
 #endif
     allowDependentsToStart();
-    if (weightsFirst) {
 #pragma unroll
-        for (int u = 0; u < D; ++u) {
-            if (u < items) fetch(u);
-        }
+    for (int u = 0; u < D; ++u) {
+        if (u < items && u < early) fetch(u);
     }
     GEMMA_PHASE_MARK(1);  // the first items' weight loads issued
     gridDependencyWait();
@@ -873,10 +871,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     }
     __syncthreads();
     GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one); with marks 7-9: the barrier
-    if (!weightsFirst) {
+    if (early < D) {  // measurement builds only: the rest of the first D items (fetch goes in order)
 #pragma unroll
         for (int u = 0; u < D; ++u) {
-            if (u < items) fetch(u);
+            if (u < items && u >= early) fetch(u);
         }
     }
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
@@ -1070,7 +1068,7 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.norm = p.inputNorm;
     args.geluGate = p.geluGate;
 #ifdef GEMMA_PHASE_CLOCK
-    args.weightsAfterStaging = p.measureWeightsAfterStaging;
+    args.itemsBeforeWait = p.measureItemsBeforeWait;
 #endif
     args.segments = 1 + p.extraCount;
     int tiles = 0;

@@ -99,9 +99,10 @@ struct Fp4MatvecParams {
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
 #ifdef GEMMA_PHASE_CLOCK
     // Measurement builds only (kernels/cuda/PhaseClock.h; docs/PERFORMANCE.md version 23, next
-    // lever 1): the tensor-core kernel issues its first weight items after staging x instead of
-    // before it, to see whether the x loads wait behind them.
-    bool measureWeightsAfterStaging = false;
+    // lever 1): how many of its first D weight items the tensor-core kernel issues before the
+    // dependency wait (-1: all D, as the engine's kernel); the rest go out after x is staged. To
+    // see whether the x loads wait behind them.
+    int measureItemsBeforeWait = -1;
 #endif
 };
 

@@ -148,10 +148,13 @@ bool isTiled(Path p) { return p == Path::Tiled || p == Path::TiledCudaCores; }
 const std::vector<std::string> kMatvecPhases = {"",           "first weights issued", "dependency wait", "x staged (barrier)",
                                                 "first tile", "later tiles",          "last stores",     "x loads issued",
                                                 "x loads arrived", "x converted, stored"};
-std::string phaseTitle(bool weightsAfterStaging, bool programmatic) {
+// itemsBeforeWait: Fp4MatvecParams::measureItemsBeforeWait (-1: all D, the engine's order).
+std::string phaseTitle(int itemsBeforeWait, bool programmatic) {
     return std::string("  ") + (programmatic ? "programmatic, each launch after the previous" : "alone") +
-           (weightsAfterStaging ? ", first weights issued after staging x:" : ":");
+           (itemsBeforeWait < 0 ? std::string(":") : ", " + std::to_string(itemsBeforeWait) + " weight items per warp before the wait, the rest after staging x:");
 }
+// The weight orders measured: all D items before the wait (the engine's), one, none.
+constexpr int kItemsBeforeWait[] = {-1, 1, 0};
 #endif
 
 // A weight in the tiled layout (kernels/include/kernels/Fp4Tiled.h) on the device, made by the
@@ -501,16 +504,16 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 // Where the tiled GeGLU launch's time goes (Fp4Matvec.cu's marks 1-6), over the
                 // timed launches on rotating weight copies (from DRAM): alone, then
                 // programmatically, each launch after the previous one (as in the decode step).
-                for (const bool late : {false, true})
+                for (const int early : kItemsBeforeWait)
                     for (const bool programmatic : {false, true}) {
-                        g.measureWeightsAfterStaging = late;
+                        g.measureItemsBeforeWait = early;
                         harness::phaseClockReset();
                         timeGeglu(false, false, false, false, programmatic);
-                        perfLines.push_back(phaseTitle(late, programmatic));
+                        perfLines.push_back(phaseTitle(early, programmatic));
                         for (const auto& phase : harness::phaseClockReport(kMatvecPhases))
                             perfLines.push_back(phase);
                     }
-                g.measureWeightsAfterStaging = false;
+                g.measureItemsBeforeWait = -1;
 #endif
             } else {
                 const double us = timeGeglu(false, false);
@@ -580,16 +583,16 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             // launches on rotating weight copies (from DRAM): alone, then programmatically, each
             // launch after the previous one (as in the decode step: the next launch's blocks issue
             // their weights and wait while the last blocks of the previous one finish).
-            for (const bool late : {false, true})
+            for (const int early : kItemsBeforeWait)
                 for (const bool programmatic : {false, true}) {
-                    p.measureWeightsAfterStaging = late;
+                    p.measureItemsBeforeWait = early;
                     harness::phaseClockReset();
                     timeVariant(false, 0, false, false, false, false, false, programmatic);
-                    perfLines.push_back(phaseTitle(late, programmatic));
+                    perfLines.push_back(phaseTitle(early, programmatic));
                     for (const auto& phase : harness::phaseClockReport(kMatvecPhases))
                         perfLines.push_back(phase);
                 }
-            p.measureWeightsAfterStaging = false;
+            p.measureItemsBeforeWait = -1;
 #endif
             return;
         }
