@@ -1,12 +1,13 @@
 // Phase clock: where one kernel's time goes, phase by phase, for measurement builds only
 // (docs/PERFORMANCE.md version 23). A kernel marks the end of each phase with
-// GEMMA_PHASE_MARK(i) (i >= 1) and its last one with GEMMA_PHASE_END(i), after GEMMA_PHASE_START()
-// at its entry; in a build with GEMMA_PHASE_CLOCK defined (the harness target
-// `measure_attention_phases`, never the engine) thread 0 of each block adds the SM cycles since
-// its previous mark to gClock's sum for that mark, so phases inside loops add up over their
-// iterations and launches. Without the define every mark is nothing at all, so production code
-// and its registers are unchanged; with it, thread 0 keeps two 64-bit values in registers. A
-// block that returns before its final mark has its phases counted but not its launch.
+// GEMMA_PHASE_MARK(i) (i >= 1) and its last one with GEMMA_PHASE_END(i), after
+// GEMMA_PHASE_START() at its entry. In a build with GEMMA_PHASE_CLOCK defined (the harness
+// targets `measure_attention_phases` and `measure_matvec_phases`, never the engine) thread 0 of
+// each block adds the SM cycles since its previous mark to gClock's sum for that mark, so phases
+// inside loops add up over their iterations and launches. Without the define every mark is
+// nothing at all, so production code and its registers are unchanged; with it, thread 0 keeps two
+// 64-bit values in registers. A block that returns before its final mark has its phases counted
+// but not its launch.
 //
 // Contract: marks are taken by thread 0 only, so a phase ending on a block barrier is timed for the
 // whole block; a phase thread 0 does not take part in ends when thread 0 passes the mark.
