@@ -76,5 +76,16 @@ inline std::vector<std::string> phaseClockReport(const std::vector<std::string>&
     return lines;
 }
 
+// Runs `run` (launches of the instrumented kernels) on a zeroed clock, waits for them, and
+// appends `title` (unless empty) and the report to `lines`.
+template <typename Run>
+void appendPhases(std::vector<std::string>& lines, const std::string& title, const std::vector<std::string>& names, Run&& run) {
+    phaseClockReset();
+    run();
+    HCHECK(cudaDeviceSynchronize());
+    if (!title.empty()) lines.push_back(title);
+    for (auto& line : phaseClockReport(names)) lines.push_back(std::move(line));
+}
+
 }  // namespace harness
 #endif

@@ -705,6 +705,11 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             t.workspaceBytes = bytes;
             return ws;
         };
+#ifdef GEMMA_PHASE_CLOCK
+        const auto launches200 = [](const gc::AttentionDecodeParams& form) {
+            for (int i = 0; i < 200; ++i) gc::launchAttentionDecode(form, nullptr);
+        };
+#endif
         for (int splits : {0, 8, 16, 24, 32, 48}) {
             gc::AttentionDecodeParams t = p;
             t.splits = splits;
@@ -753,12 +758,10 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             perf.push_back(line);
 #ifdef GEMMA_PHASE_CLOCK
             // Where the pieces' time goes (AttentionPrefill.cu's marks 1-7; the merge kernel has none).
-            harness::phaseClockReset();
-            for (int i = 0; i < 200; ++i) gc::launchAttentionDecode(inside, nullptr);
-            HCHECK(cudaDeviceSynchronize());
-            for (const auto& phase : harness::phaseClockReport({"", "dependency wait", "prologue (norm + RoPE, hull)", "first phases issued",
-                                                                "K tile arrival", "scores + softmax", "P.V", "partials stored"}))
-                perf.push_back(phase);
+            harness::appendPhases(perf, "",
+                                  {"", "dependency wait", "prologue (norm + RoPE, hull)", "first phases issued", "K tile arrival",
+                                   "scores + softmax", "P.V", "partials stored"},
+                                  [&] { launches200(inside); });
 #endif
         }
         for (int size : {0, 8, 16}) {
@@ -778,13 +781,10 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                 perf.push_back(line);
 #ifdef GEMMA_PHASE_CLOCK
                 // Where the launch's time goes (AttentionDecode.cu's marks 1-9), over 200 launches.
-                harness::phaseClockReset();
-                for (int i = 0; i < 200; ++i) gc::launchAttentionDecode(t, nullptr);
-                HCHECK(cudaDeviceSynchronize());
-                for (const auto& phase : harness::phaseClockReport({"", "band issue + wait", "prologue (norm + RoPE)", "chunk arrival",
-                                                                    "scores", "softmax", "P.V", "O stored + cluster barrier", "merge",
-                                                                    "second cluster barrier"}))
-                    perf.push_back(phase);
+                harness::appendPhases(perf, "",
+                                      {"", "band issue + wait", "prologue (norm + RoPE)", "chunk arrival", "scores", "softmax", "P.V",
+                                       "O stored + cluster barrier", "merge", "second cluster barrier"},
+                                      [&] { launches200(t); });
 #endif
             }
         }

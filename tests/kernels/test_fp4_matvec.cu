@@ -153,8 +153,17 @@ std::string phaseTitle(int itemsBeforeWait, bool programmatic) {
     return std::string("  ") + (programmatic ? "programmatic, each launch after the previous" : "alone") +
            (itemsBeforeWait < 0 ? std::string(":") : ", " + std::to_string(itemsBeforeWait) + " weight items per warp before the wait, the rest after staging x:");
 }
-// The weight orders measured: all D items before the wait (the default), one, none.
-constexpr int kItemsBeforeWait[] = {-1, 1, 0};
+// The phases of `time(programmatic)`'s launches (of `params`, which it reads), alone and chained,
+// with all D weight items before the wait (the default), one and none; `params` restored.
+template <typename Time>
+void appendMatvecPhases(std::vector<std::string>& lines, Fp4MatvecParams& params, Time&& time) {
+    for (const int early : {-1, 1, 0})
+        for (const bool programmatic : {false, true}) {
+            params.itemsBeforeWait = early;
+            harness::appendPhases(lines, phaseTitle(early, programmatic), kMatvecPhases, [&] { time(programmatic); });
+        }
+    params.itemsBeforeWait = -1;
+}
 #endif
 
 // A weight in the tiled layout (kernels/include/kernels/Fp4Tiled.h) on the device, made by the
@@ -527,16 +536,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 // Where the tiled GeGLU launch's time goes (Fp4Matvec.cu's marks 1-6), over the
                 // timed launches on rotating weight copies (from DRAM): alone, then
                 // programmatically, each launch after the previous one (as in the decode step).
-                for (const int early : kItemsBeforeWait)
-                    for (const bool programmatic : {false, true}) {
-                        g.itemsBeforeWait = early;
-                        harness::phaseClockReset();
-                        timeGeglu(false, false, false, false, programmatic);
-                        perfLines.push_back(phaseTitle(early, programmatic));
-                        for (const auto& phase : harness::phaseClockReport(kMatvecPhases))
-                            perfLines.push_back(phase);
-                    }
-                g.itemsBeforeWait = -1;
+                appendMatvecPhases(perfLines, g, [&](bool programmatic) { timeGeglu(false, false, false, false, programmatic); });
 #endif
             } else {
                 const double us = timeGeglu(false, false);
@@ -606,16 +606,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             // launches on rotating weight copies (from DRAM): alone, then programmatically, each
             // launch after the previous one (as in the decode step: the next launch's blocks issue
             // their weights and wait while the last blocks of the previous one finish).
-            for (const int early : kItemsBeforeWait)
-                for (const bool programmatic : {false, true}) {
-                    p.itemsBeforeWait = early;
-                    harness::phaseClockReset();
-                    timeVariant(false, 0, false, false, false, false, false, programmatic);
-                    perfLines.push_back(phaseTitle(early, programmatic));
-                    for (const auto& phase : harness::phaseClockReport(kMatvecPhases))
-                        perfLines.push_back(phase);
-                }
-            p.itemsBeforeWait = -1;
+            appendMatvecPhases(perfLines, p, [&](bool programmatic) { timeVariant(false, 0, false, false, false, false, false, programmatic); });
 #endif
             return;
         }
