@@ -508,21 +508,6 @@ __device__ __forceinline__ float kvElement(const unsigned char* row, int index) 
     if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
     else return bf16LoToFloat(reinterpret_cast<const std::uint16_t*>(row)[index]);
 }
-// One merged output element from C blocks' partials (the merge kernel's formula, blocks in rank
-// order): mOf(c), oOf(c) and lOf(c) read block c's m, O element and l (a peer's shared memory).
-template <typename MOf, typename OOf, typename LOf>
-__device__ __forceinline__ float mergeBlocks(int C, MOf&& mOf, OOf&& oOf, LOf&& lOf) {
-    float M = -INFINITY;
-    for (int c = 0; c < C; ++c) M = fmaxf(M, mOf(c));
-    float num = 0.0f, den = 0.0f;
-    for (int c = 0; c < C; ++c) {
-        const float w = expf(mOf(c) - M);  // an empty piece: m = -inf, weight 0
-        num = fmaf(w, oOf(c), num);
-        den = fmaf(w, lOf(c), den);
-    }
-    return num / den;
-}
-
 // A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
 template <typename KvT, int N>
 __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane, float (&v)[N]) {
@@ -801,10 +786,16 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     for (int idx = tid; idx < g * per; idx += kClusterThreads) {
         const int h = idx / per;
         const int dim = rank * per + idx % per;
-        p.out[static_cast<std::int64_t>(headBase + h) * D + dim] =
-            mergeBlocks(C, [&](int c) { return *cluster.map_shared_rank(mRow + h, c); },
-                        [&](int c) { return *cluster.map_shared_rank(os + h * D + dim, c); },
-                        [&](int c) { return *cluster.map_shared_rank(lRow + h, c); });
+        float M = -INFINITY;
+        for (int c = 0; c < C; ++c) M = fmaxf(M, *cluster.map_shared_rank(mRow + h, c));
+        float num = 0.0f, den = 0.0f;
+        for (int c = 0; c < C; ++c) {
+            const float m = *cluster.map_shared_rank(mRow + h, c);
+            const float w = expf(m - M);  // an empty piece: m = -inf, weight 0
+            num = fmaf(w, *cluster.map_shared_rank(os + h * D + dim, c), num);
+            den = fmaf(w, *cluster.map_shared_rank(lRow + h, c), den);
+        }
+        p.out[static_cast<std::int64_t>(headBase + h) * D + dim] = num / den;
     }
     GEMMA_PHASE_MARK(8);  // the merge
     cluster.sync();  // no block leaves while a peer may still read its shared memory
