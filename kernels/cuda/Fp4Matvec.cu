@@ -60,8 +60,6 @@
 #include <kernels/Fp4Decode.h>
 #include <kernels/WeightFormats.h>
 
-#include <type_traits>
-
 #include "CudaCommon.h"
 #include "PhaseClock.h"
 
@@ -614,14 +612,11 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
     }
 }
 
-// `mark(i)`: the phase clock's marks 7 (a pass's x loads issued), 8 (its first loaded value
-// here: thread 0's loads have arrived) and 9 (converted, planes stored); nothing in the engine.
-struct NoMark {
-    __device__ __forceinline__ void operator()(int) const {}
-};
-template <typename Mark = NoMark>
+// `mark(i)`: the phase clock's marks 7 (a pass's x loads issued), 8 (thread 0's loads have
+// arrived; measurement builds only) and 9 (converted, planes stored); nothing in the engine.
+template <typename Mark>
 __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
-                                              float* factors, Mark&& mark = Mark{}) {
+                                              float* factors, Mark&& mark) {
     const int pieces = groups * 8;
     // Warp-uniform trip count: every lane takes part in the shuffles.
     for (int base = 0; base < pieces; base += kMmaThreads * kIntStagePieces) {
@@ -635,11 +630,9 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
         }
         mark(7);
 #ifdef GEMMA_PHASE_CLOCK
-        if constexpr (!std::is_same_v<std::decay_t<Mark>, NoMark>) {
-            phaseclock::waitFor(v[0][0].x);
-            phaseclock::waitFor(v[kIntStagePieces - 1][3].w);
-            mark(8);
-        }
+        phaseclock::waitFor(v[0][0].x);
+        phaseclock::waitFor(v[kIntStagePieces - 1][3].w);
+        mark(8);
 #endif
         convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
         mark(9);
@@ -856,11 +849,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
-#ifdef GEMMA_PHASE_CLOCK
-        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors, [&](int i) { GEMMA_PHASE_MARK(i); });
-#else
-        if (!args.norm.residualIn) stageXInteger(args.x, in, groups, intPlanes, intFactors);
-#endif
+        if (!args.norm.residualIn)
+            stageXInteger(args.x, in, groups, intPlanes, intFactors, [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
