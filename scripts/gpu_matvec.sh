@@ -14,8 +14,8 @@ mkdir -p "$out"
 build=/tmp/gemma-kernels-build
 harnesses=${GEMMA_HARNESS:-test_fp4_matvec}
 {
-cmake -S tests/kernels -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null \
-  && cmake --build "$build" -j 16 --target $harnesses > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+source scripts/lib/build_harnesses.sh
+build_harnesses "$build" "$out/build.log" $harnesses || exit 1
 rm -f "$out/build.log"
 for h in $harnesses; do
   echo "--- $h"

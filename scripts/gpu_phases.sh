@@ -22,9 +22,8 @@ SHAPES=${GPU_PHASE_SHAPES-12b}
 mkdir -p "$OUT"
 report="$OUT/phases.txt"
 : > "$report"
-cmake -S "$ROOT/tests/kernels" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j "$(nproc)" --target measure_attention_phases measure_matvec_phases >> "$OUT/build.log" 2>&1 ||
-  { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+source "$ROOT/scripts/lib/build_harnesses.sh"
+build_harnesses "$BUILD" "$OUT/build.log" measure_attention_phases measure_matvec_phases || exit 1
 rm -f "$OUT/build.log"
 IFS=';' read -r -a cases <<< "$CASES"
 for c in "${cases[@]}"; do

@@ -25,8 +25,8 @@ start=$(date +%s)
 
 for h in $HARNESSES; do
   if [[ ! -x "$BUILD/$h" ]]; then
-    cmake -S "$ROOT/tests/kernels" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
-      cmake --build "$BUILD" -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+    source "$ROOT/scripts/lib/build_harnesses.sh"
+    build_harnesses "$BUILD" "$OUT/build.log" || exit 1
     break
   fi
 done

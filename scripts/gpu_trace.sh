@@ -14,8 +14,8 @@ build=/tmp/gemma-build
 kbuild=/tmp/gemma-kernels-build
 harnesses=${GEMMA_HARNESS:-test_fp8_lmhead}
 {
-  cmake -S tests/kernels -B "$kbuild" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null &&
-    cmake --build "$kbuild" -j 6 --target $harnesses > "$out/kbuild.log" 2>&1
+  source scripts/lib/build_harnesses.sh
+  HARNESS_JOBS=6 build_harnesses "$kbuild" "$out/kbuild.log" $harnesses > /dev/null
 } &
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real > /dev/null &&
   cmake --build "$build" -j 10 --target gemma-bench engine_tests > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
