@@ -44,9 +44,10 @@
 // fp16 products are exact in the fp32 accumulator.
 // That fp16 form is kept for comparisons (Fp4MatvecParams::fp16X); the default since version 4
 // of docs/PERFORMANCE.md feeds an int8 mma.sync.m16n8k32 instead: weights as int8 E2M1·2 from a
-// PRMT table (7 instructions per 8 weights instead of 13), x as the four bytes of a 31-bit
-// integer per element in four B columns, exact int32 sums per group (see "x as integers" below):
-// +15-25 % on the large shapes, +11 % on the 12b decode step (H200).
+// PRMT table (7 instructions per 8 weights instead of 13), x as the bytes of an integer per
+// element (each x to 2^-22 of its group's max since version 24; 2^-31 before) in B columns, exact
+// int32 sums per group (see "x as integers" below): +15-25 % on the large shapes, +11 % on the
+// 12b decode step (H200).
 // The block's 8 warps split the groups of the row (warp w takes groups w, w+8, ...) and reduce
 // through shared memory, so even a 512-row weight spreads over 32 blocks × 8 warps; q, k and v
 // of a layer run as one launch (Fp4MatvecParams::extra) so their tiles share one grid.
@@ -431,22 +432,25 @@ __device__ __forceinline__ void stageX(const float* __restrict__ x, std::int64_t
 }
 
 // ---- x as integers: the int8 tensor-core path (XForm::Integer) -------------------------------------
-// Each 128-input group G of x is scaled by 2^E_G (E_G from the group's max|x|, so that |X| < 2^31)
-// and rounded to the int32 X = rint(x·2^E_G): 31 bits relative to the group's largest entry (the
-// fp16 hi + lo split carries ~22 per element). X enters the mma as its four bytes, each a column
-// of B (u8): column 0 the top byte + 128 (byte 3 ^ 0x80), column 1 all ones, columns 2, 3, 4
-// bytes 2, 1, 0, columns 5..7 zero. The weights enter as int8 E2M1·2 (0, 1, 2, 3, 4, 6, 8, 12):
-// one PRMT per 4 nibbles looks them up in a table held in two registers; a nibble with its sign
-// bit set is a selector in sign-replicate mode, which yields 0x00 (every table byte is positive),
-// so prmt(table, w) gives the positive weights and zeros, and prmt(table, w ^ 0x8888) the
-// magnitudes of the negative ones. Two mma chains (positive and negative) give exact int32 sums;
-// per group, per row,
-//   Σ w·X = 2^24·(C0 − 128·C1) + 2^16·C2 + 2^8·C3 + C4     (C1 = Σ w removes the +128)
+// Each 128-input group G of x is scaled by 2^E_G (E_G from the group's max|x|, so that
+// |x·2^E_G| < 2^22) and rounded to the integer X = rint(x·2^E_G): every entry to within 2^-22 of
+// the group's largest (block floating point; the fp16 hi + lo split carries ~22 bits per element,
+// each relative to itself). One FMA forms X + 2^22 in the low three bytes of a float (Fp4Decode.h, integerBits);
+// those bytes enter the mma as columns of B (u8): column 0 the top byte, column 1 all ones,
+// columns 2, 3 bytes 1, 0, columns 4..7 zero. The weights enter as int8 E2M1·2 (0, 1, 2, 3, 4, 6,
+// 8, 12): one PRMT per 4 nibbles looks them up in a table held in two registers; a nibble with its
+// sign bit set is a selector in sign-replicate mode, which yields 0x00 (every table byte is
+// positive), so prmt(table, w) gives the positive weights and zeros, and prmt(table, w ^ 0x8888)
+// the magnitudes of the negative ones. Two mma chains (positive and negative) give exact int32
+// sums; per group, per row,
+//   Σ w·X = 2^16·(C0 − 64·C1) + 2^8·C2 + C3     (C1 = Σ w removes the offset 2^22)
 // in exact integers until the group scale × 2^-E_G / 2 multiplies it in fp32. 7 integer
 // instructions decode 8 weights (the fp16 path: 13) and one mma covers 512 weights (fp16: 256).
 // The exponent per group (not per vector) keeps staging to one pass with no block-wide reduction.
-constexpr int kPlanes = 4;                          // B columns 0, 2, 3, 4 (bytes 3^0x80, 2, 1, 0)
-constexpr int kPlanePad = 16;                       // bytes after each plane: conflict-free B loads
+// Until version 24 of docs/PERFORMANCE.md X had 31 bits in four planes; its rint was a
+// quarter-rate float-to-int conversion per element in every block's staging.
+constexpr int kPlanes = formats::fp4decode::kIntegerPlanes;  // B columns 0, 2, 3 (bytes 2, 1, 0)
+constexpr int kPlanePad = 16;                                // bytes after each plane: conflict-free B loads
 
 // Bytes of one x plane (inputs padded to whole groups, then the pad).
 __host__ __device__ constexpr std::int64_t planeBytes(std::int64_t groups) { return groups * 128 + kPlanePad; }
@@ -496,8 +500,8 @@ struct IntegerLane {
 };
 __device__ __forceinline__ IntegerLane integerLane(int g, int q, const std::uint8_t* planes, const float* factors, int groups) {
     IntegerLane l{{nullptr, 0, factors}, 0, 0.0f, 0.0f};
-    const int plane = g == 0 ? 0 : g - 1;  // columns 0, 2, 3, 4 → planes 0, 1, 2, 3
-    if (g == 0 || (g >= 2 && g <= 4)) {
+    const int plane = g == 0 ? 0 : g - 1;  // columns 0, 2, 3 → planes 0, 1, 2
+    if (g == 0 || g == 2 || g == 3) {
         l.b.plane = reinterpret_cast<const uint4*>(planes + plane * planeBytes(groups) + q * 32);
         l.b.stride = 8;
     } else {
@@ -596,12 +600,10 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
         std::uint32_t word[kPlanes][4];
 #pragma unroll
         for (int f = 0; f < 4; ++f) {
-            const std::uint32_t x0 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].x * up));
-            const std::uint32_t x1 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].y * up));
-            const std::uint32_t x2 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].z * up));
-            const std::uint32_t x3 = static_cast<std::uint32_t>(__float2int_rn(v[s][f].w * up));
+            using formats::fp4decode::integerBits;
             std::uint32_t plane[kPlanes];
-            formats::fp4decode::integerPlanes(x0, x1, x2, x3, plane);
+            formats::fp4decode::integerPlanes(integerBits(v[s][f].x, up), integerBits(v[s][f].y, up), integerBits(v[s][f].z, up),
+                                              integerBits(v[s][f].w, up), plane);
 #pragma unroll
             for (int p = 0; p < kPlanes; ++p) word[p][f] = plane[p];
         }

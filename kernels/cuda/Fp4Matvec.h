@@ -42,10 +42,10 @@ struct Fp4MatvecParams {
     Extra extra[2];
     int extraCount = 0;
     // Batch 1 runs on tensor cores (see Fp4Matvec.cu) unless forced onto the fp32 CUDA-core
-    // kernel (tests, benchmarks). There x enters the int8 mma as a 31-bit integer (its bytes in
-    // four B columns, exact int32 sums per group; 7 decode instructions per 8 weights), unless
-    // fp16X asks for the earlier form, x as fp16 hi + lo in an fp16 mma (13 per 8; comparisons),
-    // or singleHalfX for one fp16 (~2^-12 relative error on x; experiments only).
+    // kernel (tests, benchmarks). There x enters the int8 mma as an integer, to 2^-22 of its
+    // 128-group's max (its bytes in three B columns, exact int32 sums per group; 7 decode
+    // instructions per 8 weights), unless fp16X asks for the earlier form, x as fp16 hi + lo in
+    // an fp16 mma (13 per 8; comparisons), or singleHalfX for one fp16 (~2^-12 relative error on x; experiments only).
     bool forceCudaCores = false;
     bool fp16X = false;
     bool singleHalfX = false;

@@ -86,41 +86,61 @@ TEST(Fp4Decode, Int8QuadsSplitE2M1TimesTwoBySign) {
     }
 }
 
-// Plane bytes of element i (0..3) of a quad: top + 128, byte 2, byte 1, byte 0.
-std::int64_t reassemble(const std::uint32_t (&plane)[4], int i) {
+// The integer of element i (0..3) of a quad from its plane bytes: bytes 2, 1, 0 less the offset.
+std::int64_t reassemble(const std::uint32_t (&plane)[fd::kIntegerPlanes], int i) {
     const auto byte = [&](int p) { return static_cast<std::int64_t>((plane[p] >> (8 * i)) & 0xFFu); };
-    return (byte(0) - 128) * 16777216 + byte(1) * 65536 + byte(2) * 256 + byte(3);
+    return byte(0) * 65536 + byte(1) * 256 + byte(2) - fd::kIntegerOffset;
+}
+
+TEST(Fp4Decode, IntegerBitsRoundLikeRint) {
+    // x·2^E anywhere inside (−2^22, 2^22), the ties and the ends included: bytes 0..2 of the bits
+    // are rint(x·2^E) + 2^22 (ties to even, as __float2int_rn), bit 23 only at +2^22.
+    std::vector<float> scaled = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 0.49999997f, 4194303.5f, -4194303.5f,
+                                 4194303.0f, -4194303.75f, 1e-30f, -1e-30f};
+    std::mt19937 rng(11);
+    for (int i = 0; i < 20000; ++i)
+        scaled.push_back(std::ldexp(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng), static_cast<int>(rng() % 23)));
+    for (const float t : scaled) {
+        for (const int e : {-20, 0, 7, 60}) {
+            // x = t·2^-e (exact unless it leaves the normal range, hence x·2^e below, not t).
+            const float x = std::ldexp(t, -e);
+            const std::uint32_t bits = fd::integerBits(x, fd::powerOfTwo(e));
+            const double product = static_cast<double>(x) * std::ldexp(1.0, e);
+            const double expected = std::nearbyint(product) + static_cast<double>(fd::kIntegerOffset);
+            ASSERT_EQ(static_cast<double>(bits & 0xFFFFFFu), expected) << "x·2^E = " << t;
+            ASSERT_EQ(bits >> 24, 0x4Bu) << "x·2^E = " << t;
+        }
+    }
 }
 
 TEST(Fp4Decode, IntegerPlanesHoldEveryByteOfX) {
     std::mt19937 rng(5);
-    std::vector<std::int32_t> values = {0, 1, -1, 127, -128, 255, -256, 65535, -65536, 16777215, -16777216,
-                                        std::numeric_limits<std::int32_t>::max(), std::numeric_limits<std::int32_t>::min() + 1};
-    for (int i = 0; i < 4000; ++i) values.push_back(static_cast<std::int32_t>(rng()));
+    std::vector<std::int32_t> values = {0, 1, -1, 127, -128, 255, -256, 65535, -65536, 4194303, -4194303, 4194304, -4194304};
+    for (int i = 0; i < 4000; ++i) values.push_back(static_cast<std::int32_t>(rng() % 8388609u) - 4194304);
+    const auto bitsOf = [](std::int32_t v) { return fd::integerBits(static_cast<float>(v), 1.0f); };
     for (std::size_t i = 0; i + 4 <= values.size(); ++i) {
-        std::uint32_t plane[4];
-        fd::integerPlanes(static_cast<std::uint32_t>(values[i]), static_cast<std::uint32_t>(values[i + 1]),
-                          static_cast<std::uint32_t>(values[i + 2]), static_cast<std::uint32_t>(values[i + 3]), plane);
+        std::uint32_t plane[fd::kIntegerPlanes];
+        fd::integerPlanes(bitsOf(values[i]), bitsOf(values[i + 1]), bitsOf(values[i + 2]), bitsOf(values[i + 3]), plane);
         for (int k = 0; k < 4; ++k) ASSERT_EQ(reassemble(plane, k), values[i + k]) << "element " << i + k;
     }
 }
 
 TEST(Fp4Decode, ColumnSumsGiveTheExactGroupDot) {
-    // A group of 128: weights E2M1·2 from random nibbles, X anywhere in int32 (extremes included),
-    // the five column sums as the mma forms them (u8 planes, a ones column), and the identity.
+    // A group of 128: weights E2M1·2 from random nibbles, X anywhere in [−2^22, 2^22] (the ends
+    // included), the four column sums as the mma forms them (u8 planes, a ones column), and the
+    // identity.
     std::mt19937 rng(9);
     for (int trial = 0; trial < 2000; ++trial) {
-        std::int64_t direct = 0, c[5] = {0, 0, 0, 0, 0};
+        std::int64_t direct = 0, c[4] = {0, 0, 0, 0};
         for (int quad = 0; quad < 32; ++quad) {
             std::int32_t x[4];
             for (auto& v : x) {
                 const std::uint32_t r = rng();
-                v = trial % 3 == 0 ? ((r & 1) ? std::numeric_limits<std::int32_t>::max() : std::numeric_limits<std::int32_t>::min() + 1)
-                                   : static_cast<std::int32_t>(r);
+                v = trial % 3 == 0 ? ((r & 1) ? 4194304 : -4194304) : static_cast<std::int32_t>(r % 8388609u) - 4194304;
             }
-            std::uint32_t plane[4];
-            fd::integerPlanes(static_cast<std::uint32_t>(x[0]), static_cast<std::uint32_t>(x[1]), static_cast<std::uint32_t>(x[2]),
-                              static_cast<std::uint32_t>(x[3]), plane);
+            std::uint32_t plane[fd::kIntegerPlanes];
+            fd::integerPlanes(fd::integerBits(static_cast<float>(x[0]), 1.0f), fd::integerBits(static_cast<float>(x[1]), 1.0f),
+                              fd::integerBits(static_cast<float>(x[2]), 1.0f), fd::integerBits(static_cast<float>(x[3]), 1.0f), plane);
             std::uint32_t positive = 0, negative = 0;
             fd::decodeInt8Quad(rng(), positive, negative);
             for (int k = 0; k < 4; ++k) {
@@ -129,32 +149,36 @@ TEST(Fp4Decode, ColumnSumsGiveTheExactGroupDot) {
                 direct += w * x[k];
                 c[0] += w * ((plane[0] >> (8 * k)) & 0xFFu);
                 c[1] += w;
-                for (int p = 1; p < 4; ++p) c[p + 1] += w * ((plane[p] >> (8 * k)) & 0xFFu);
+                for (int p = 1; p < fd::kIntegerPlanes; ++p) c[p + 1] += w * ((plane[p] >> (8 * k)) & 0xFFu);
             }
         }
-        // The kernel's int32 column sums cannot overflow: 128 · 12 · 255 < 2^19.
+        // The kernel's int32 column sums, folded or not, stay below 2^19 (128 · 12 · 255 < 2^19):
+        // exact in the fp32 the kernel converts them to.
         for (const auto v : c) ASSERT_LT(std::llabs(v), std::int64_t{1} << 19);
-        ASSERT_EQ(fd::combineColumns(c[0], c[1], c[2], c[3], c[4]), direct);
+        ASSERT_LT(std::llabs(c[0] - fd::kOnesColumnFold * c[1]), std::int64_t{1} << 19);
+        ASSERT_EQ(fd::combineColumns(c[0], c[1], c[2], c[3]), direct);
         // The weights the kernel's lanes apply after folding the ones column into column 0.
         const double weighted = static_cast<double>(c[0] - fd::kOnesColumnFold * c[1]) * fd::columnWeight(0) +
                                 static_cast<double>(c[1]) * fd::columnWeight(1) + static_cast<double>(c[2]) * fd::columnWeight(2) +
-                                static_cast<double>(c[3]) * fd::columnWeight(3) + static_cast<double>(c[4]) * fd::columnWeight(4);
+                                static_cast<double>(c[3]) * fd::columnWeight(3);
         ASSERT_EQ(weighted, static_cast<double>(direct));
+        for (int column = 4; column < 8; ++column) ASSERT_EQ(fd::columnWeight(column), 0.0f);
     }
 }
 
-TEST(Fp4Decode, GroupExponentKeepsXWithinThirtyOneBits) {
-    // For maxima across the float range (binade edges), rint(max·2^E) uses bit 30 and stays below
-    // 2^31; the factor undoes 2^E and the weights' ×2 exactly.
-    for (int k = -95; k <= 127; ++k) {
+TEST(Fp4Decode, GroupExponentKeepsXWithinTwentyThreeBits) {
+    // For maxima across the float range (binade edges), max·2^E lies in [2^21, 2^22): inside
+    // integerBits' range, with bit 21 used; the factor undoes 2^E and the weights' ×2 exactly.
+    for (int k = -104; k <= 127; ++k) {
         for (const float mantissa : {1.0f, 1.5f, 1.9999999f}) {
             const float maximum = std::ldexp(mantissa, k);
             if (!std::isfinite(maximum)) continue;
             const std::uint32_t bits = floatBits(maximum);
             const int e = fd::integerExponent(bits);
-            const double scaled = std::nearbyint(static_cast<double>(maximum * fd::powerOfTwo(e)));
-            ASSERT_GE(scaled, 1073741824.0) << "max 2^" << k;
-            ASSERT_LT(scaled, 2147483648.0) << "max 2^" << k;
+            const double scaled = static_cast<double>(maximum) * std::ldexp(1.0, e);
+            ASSERT_EQ(static_cast<double>(maximum * fd::powerOfTwo(e)), scaled) << "max 2^" << k << " (2^E exact)";
+            ASSERT_GE(scaled, 2097152.0) << "max 2^" << k;
+            ASSERT_LT(scaled, 4194304.0) << "max 2^" << k;
             ASSERT_EQ(fd::integerFactor(bits, e) * fd::powerOfTwo(e), 0.5f);
         }
     }
@@ -163,7 +187,7 @@ TEST(Fp4Decode, GroupExponentKeepsXWithinThirtyOneBits) {
         const std::uint32_t bits = floatBits(maximum);
         const int e = fd::integerExponent(bits);
         EXPECT_LE(e, 125);
-        EXPECT_LT(std::fabs(static_cast<double>(maximum) * std::ldexp(1.0, e)), 2147483648.0);
+        EXPECT_LT(std::fabs(static_cast<double>(maximum) * std::ldexp(1.0, e)), 4194304.0);
         EXPECT_TRUE(std::isfinite(fd::integerFactor(bits, e)));
     }
     // A NaN or an infinity in the group makes the factor NaN (y is NaN, never a finite number).

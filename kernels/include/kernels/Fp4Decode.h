@@ -4,6 +4,7 @@
 // selector constants and the integer identity are checked on every CI run, without a GPU.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "WeightFormats.h"
@@ -69,11 +70,14 @@ GEMMA_HOST_DEVICE void decodeInt8Quad(std::uint32_t w, std::uint32_t& positive, 
 }
 
 // x as integers: per 128-input group, X = rint(x·2^E) with E from the group's max|x| (IEEE bits
-// `maxBits`, the sign cleared): max in [2^k, 2^(k+1)) gives E = 30 − k, so |X| < 2^31; E <= 125
-// keeps 2^E and 2^(−E−1) normal floats (groups whose max is below 2^-95 keep fewer digits).
+// `maxBits`, the sign cleared): max in [2^k, 2^(k+1)) gives E = 21 − k, so |x·2^E| < 2^22 and
+// |X| <= 2^22: every entry rounded to within 2^-22 of the group's largest (the largest keeps 22
+// of its 24 significant bits). E <= 125 keeps 2^E and 2^(−E−1) normal floats (groups whose max is below 2^-104 keep fewer
+// digits). Since version 24 of docs/PERFORMANCE.md: |X| < 2^31 before, whose rint needed the
+// quarter-rate float-to-int conversion per element, 1 µs of every down projection's staging.
 GEMMA_HOST_DEVICE int integerExponent(std::uint32_t maxBits) {
     const int k = static_cast<int>(maxBits >> 23) - 127;
-    const int e = 30 - k;
+    const int e = 21 - k;
     return e < 125 ? e : 125;
 }
 // 2^e as a float, e in [−126, 127].
@@ -84,30 +88,41 @@ GEMMA_HOST_DEVICE float integerFactor(std::uint32_t maxBits, int e) {
     return maxBits >= 0x7F800000u ? bitsToFloat(0x7FC00000u) : bitsToFloat(static_cast<std::uint32_t>(127 - e - 1) << 23);
 }
 
-// Four integers (as bits) → the four byte planes of B: plane p holds byte 3 − p of x0..x3 in order,
-// plane 0 with 0x80 added (the top byte + 128, read as u8 by the mma).
-GEMMA_HOST_DEVICE void integerPlanes(std::uint32_t x0, std::uint32_t x1, std::uint32_t x2, std::uint32_t x3,
-                                     std::uint32_t (&plane)[4]) {
-    const std::uint32_t lo01 = permuteBytes(x0, x1, 0x5140u), lo23 = permuteBytes(x2, x3, 0x5140u);
-    const std::uint32_t hi01 = permuteBytes(x0, x1, 0x7362u), hi23 = permuteBytes(x2, x3, 0x7362u);
-    plane[0] = permuteBytes(hi01, hi23, 0x7632u) ^ 0x80808080u;
-    plane[1] = permuteBytes(hi01, hi23, 0x5410u);
-    plane[2] = permuteBytes(lo01, lo23, 0x7632u);
-    plane[3] = permuteBytes(lo01, lo23, 0x5410u);
+// X without a float-to-int conversion: x·2^E is exact (a power of two), and adding 1.5·2^23 rounds
+// it to an integer (round to nearest even, as rint) because the sum lies in [2^23, 2^24], where
+// the float spacing is 1. The sum's bits are 0x4B000000 + (X + 2^22), so bytes 0..2 hold the
+// offset value X + 2^22 in [0, 2^23] (2^23 itself sets bit 23, the low bit of byte 2). One FMA.
+inline constexpr float kIntegerRoundingBias = 12582912.0f;  // 1.5 · 2^23
+inline constexpr std::int64_t kIntegerOffset = 4194304;     // 2^22
+GEMMA_HOST_DEVICE std::uint32_t integerBits(float x, float up) {
+#if defined(__CUDA_ARCH__)
+    return floatToBits(__fmaf_rn(x, up, kIntegerRoundingBias));
+#else
+    return floatToBits(std::fmaf(x, up, kIntegerRoundingBias));
+#endif
 }
 
-// The B columns of the int8 mma: 0 = plane 0 (top byte + 128), 1 = all ones, 2..4 = planes 1..3
-// (bytes 2, 1, 0), 5..7 = zero. With C_c = Σ w·column_c over a group (exact int32),
-//   Σ w·X = 2^24·(C0 − 128·C1) + 2^16·C2 + 2^8·C3 + C4,
+// Four integerBits → the three byte planes of B: plane p holds byte 2 − p of each of the four in
+// order (plane 0 the top byte, 0..128; planes 1 and 2 bytes 1 and 0). 7 PRMTs.
+inline constexpr int kIntegerPlanes = 3;
+GEMMA_HOST_DEVICE void integerPlanes(std::uint32_t x0, std::uint32_t x1, std::uint32_t x2, std::uint32_t x3,
+                                     std::uint32_t (&plane)[kIntegerPlanes]) {
+    const std::uint32_t lo01 = permuteBytes(x0, x1, 0x5140u), lo23 = permuteBytes(x2, x3, 0x5140u);
+    const std::uint32_t top01 = permuteBytes(x0, x1, 0x7362u), top23 = permuteBytes(x2, x3, 0x7362u);
+    plane[0] = permuteBytes(top01, top23, 0x5410u);
+    plane[1] = permuteBytes(lo01, lo23, 0x7632u);
+    plane[2] = permuteBytes(lo01, lo23, 0x5410u);
+}
+
+// The B columns of the int8 mma: 0 = plane 0 (the top byte), 1 = all ones, 2 and 3 = planes 1
+// and 2 (bytes 1 and 0), 4..7 = zero. With C_c = Σ w·column_c over a group (exact int32),
+//   Σ w·X = 2^16·(C0 − 64·C1) + 2^8·C2 + C3     (64·C1 = 2^22·Σ w / 2^16 removes the offset),
 // the sum the kernel assembles across the lanes that hold the columns.
 // Column c's weight in that sum once the ones column is folded into column 0 (C1's weight is 0).
-GEMMA_HOST_DEVICE constexpr float columnWeight(int c) {
-    return c == 0 ? 16777216.0f : c == 2 ? 65536.0f : c == 3 ? 256.0f : c == 4 ? 1.0f : 0.0f;
-}
-inline constexpr int kOnesColumnFold = 128;  // C0 − 128·C1 removes the +128 of column 0
-GEMMA_HOST_DEVICE std::int64_t combineColumns(std::int64_t c0, std::int64_t c1, std::int64_t c2, std::int64_t c3,
-                                              std::int64_t c4) {
-    return (c0 - kOnesColumnFold * c1) * 16777216 + c2 * 65536 + c3 * 256 + c4;
+GEMMA_HOST_DEVICE constexpr float columnWeight(int c) { return c == 0 ? 65536.0f : c == 2 ? 256.0f : c == 3 ? 1.0f : 0.0f; }
+inline constexpr int kOnesColumnFold = 64;  // C0 − 64·C1 removes the offset 2^22 of every X
+GEMMA_HOST_DEVICE std::int64_t combineColumns(std::int64_t c0, std::int64_t c1, std::int64_t c2, std::int64_t c3) {
+    return (c0 - kOnesColumnFold * c1) * 65536 + c2 * 256 + c3;
 }
 
 }  // namespace gemma::formats::fp4decode

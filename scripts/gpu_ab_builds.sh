@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A/B of builds on the GPU machine in one call: the working tree against bases that differ from it
+# in a few files (a kernel change that has no runtime switch). Builds each (sm_90, no UI), runs the
+# model-level parity tests (gpu_parity_tests) on the working tree, then gemma-bench on every base
+# and the working tree in turn, round after round, so that clock and thermal drift hit all alike.
+#   GEMMA_AB_BASE    space-separated directories, each holding one base's versions of the changed
+#                    files at their paths inside the repository (e.g. made with `git show REV:PATH`);
+#                    a run is labelled with its directory's name; required
+#   GEMMA_AB_ARGS    flags for every run (default: --skip prefill,kernels --allocations 4096 --depths 32768)
+#   GEMMA_AB_ROUNDS  rounds (default 2; 0 = build and parity only)
+#   GEMMA_AB_PARITY  0 skips the parity tests (a second call on a warm machine after a first one)
+# Output: $OUT/ab.txt: the parity summary and per-model figures, then per run the bench markdown.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out=${OUT:-/tmp/gemma-out}
+mkdir -p "$out"
+bases=()
+for b in ${GEMMA_AB_BASE:?GEMMA_AB_BASE: directories of the base versions of the changed files}; do
+  [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
+  bases+=("$(cd "$b" && pwd)")
+done
+configure() {  # configure SOURCE BUILD TARGETS...
+  local src=$1 build=$2
+  shift 2
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real \
+    >> "$out/build.log" 2>&1 && cmake --build "$build" -j 16 --target "$@" >> "$out/build.log" 2>&1
+}
+# A base's tree: the working tree with the base's files laid over it (build outputs and the
+# base directories left out). Times kept (tar and cp -p), so that a second call on a warm machine
+# rebuilds nothing.
+baseBuild() { echo "/tmp/gemma-ab-$(basename "$1")-build"; }
+buildBase() {
+  local base=$1 src="/tmp/gemma-ab-$(basename "$1")-src"
+  local excludes=(--exclude=./build)
+  for b in "${bases[@]}"; do excludes+=(--exclude="./$(realpath --relative-to="$root" "$b")"); done
+  rm -rf "$src" && mkdir -p "$src"
+  tar -C "$root" "${excludes[@]}" -cf - . | tar -C "$src" -xf -
+  (cd "$base" && find . -type f) | while read -r f; do cp -p "$base/$f" "$src/$f"; done
+  configure "$src" "$(baseBuild "$base")" gemma-bench
+}
+configure "$root" /tmp/gemma-build gemma-bench gpu_parity_tests || { tail -40 "$out/build.log"; exit 1; }
+for b in "${bases[@]}"; do buildBase "$b" || { tail -40 "$out/build.log"; exit 1; }; done
+rm -f "$out/build.log"
+: > "$out/ab.txt"
+if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
+  bash scripts/gpu_parity.sh /tmp/gemma-build "$out" | tee "$out/ab.txt"
+  grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"
+  grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
+fi
+markdown=$(mktemp)
+for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
+  for side in "${bases[@]}" new; do
+    bench=/tmp/gemma-build/app/cli/gemma-bench
+    [ "$side" != new ] && bench=$(baseBuild "$side")/app/cli/gemma-bench
+    : > "$markdown"
+    "$bench" --preset 12b ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} --markdown "$markdown" > /dev/null 2>&1
+    echo "=== round $round: [$(basename "$side")] exit $?" >> "$out/ab.txt"
+    cat "$markdown" >> "$out/ab.txt"
+  done
+done
+grep -E "^===|^\| 12b" "$out/ab.txt"
