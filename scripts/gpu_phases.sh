@@ -6,8 +6,7 @@
 #   measure_attention_phases: the cluster attention (each cluster timing line) and the tensor-core
 #     pieces with the norm + RoPE inside (each full layer's `inside` line);
 #   measure_matvec_phases: the FP4 matvec's tiled launches (matvec and GeGLU), alone and as a
-#     programmatic chain, each with all, one and none of a warp's first weight items issued
-#     before the dependency wait (marks 7-9 split the staging of x without an input norm).
+#     programmatic chain (marks 7-9 split the staging of x without an input norm).
 #   GPU_PHASE_CASES   ';'-separated fused attention cases (default: the 12b sliding layer at
 #                     position 150 and over a full f32 window, the 12b full layer at position 150)
 #   GPU_PHASE_SHAPES  a substring of test_fp4_matvec's preset shapes (default: 12b; empty: none)

@@ -190,7 +190,7 @@ public:
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
-          fullBandKeysOption_(options.fullAttentionBandKeys), matvecItemsBeforeWait_(options.matvecItemsBeforeWait),
+          fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
@@ -294,8 +294,6 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
-               (matvecItemsBeforeWait_ >= 0 ? ", " + std::to_string(matvecItemsBeforeWait_) + " matvec weight items per warp before the wait"
-                                            : std::string{}) +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
@@ -994,7 +992,6 @@ private:
         }
         if (foldNorm) p.inputNorm = takePendingNorm();
         p.geluGate = geluGate;
-        p.itemsBeforeWait = matvecItemsBeforeWait_;
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -1822,7 +1819,6 @@ private:
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
     int fullBandKeysOption_ = -1;     // OpenOptions::fullAttentionBandKeys
-    int matvecItemsBeforeWait_ = -1;  // OpenOptions::matvecItemsBeforeWait
     std::vector<int> bandLimits_;     // ascending (chooseBandForms)
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;

@@ -311,7 +311,6 @@ struct MmaArgs {
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
     const float* geluGate;            // Fp4MatvecParams::geluGate (segment 0 only, not with GeGLU)
-    int itemsBeforeWait;              // Fp4MatvecParams::itemsBeforeWait (-1: all D)
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -831,13 +830,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // with a programmatic launch they even overlap the previous kernel's tail, and only x waits
     // for it (gridDependencyWait: a no-op without a programmatic dependency).
     GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-9
-    // Fp4MatvecParams::itemsBeforeWait: the first `early` of them before the wait, the rest after
-    // staging x.
-    const int early = args.itemsBeforeWait < 0 || args.itemsBeforeWait > D ? D : args.itemsBeforeWait;
     allowDependentsToStart();
 #pragma unroll
     for (int u = 0; u < D; ++u) {
-        if (u < items && u < early) fetch(u);
+        if (u < items) fetch(u);
     }
     GEMMA_PHASE_MARK(1);  // the first items' weight loads issued
     gridDependencyWait();
@@ -859,12 +855,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     }
     __syncthreads();
     GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one); with marks 7-9: the barrier
-    if (early < D) {  // the rest of the first D items (fetch goes in order)
-#pragma unroll
-        for (int u = 0; u < D; ++u) {
-            if (u < items && u >= early) fetch(u);
-        }
-    }
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
     IntegerLane intLane{};
@@ -1055,7 +1045,6 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.x = p.x;
     args.norm = p.inputNorm;
     args.geluGate = p.geluGate;
-    args.itemsBeforeWait = p.itemsBeforeWait;
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
@@ -1124,7 +1113,6 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
         return KernelStatus::InvalidArgument;
     if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
         return KernelStatus::InvalidArgument;
-    if (p.itemsBeforeWait < -1) return KernelStatus::InvalidArgument;
     if (p.extraCount < 0 || p.extraCount > 2 || (GEGLU && p.extraCount > 0)) return KernelStatus::InvalidArgument;
     // The tiled layout: scale words 4-byte aligned; one group per item (no two-group items).
     if (p.tiled) {

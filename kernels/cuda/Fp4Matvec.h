@@ -97,12 +97,6 @@ struct Fp4MatvecParams {
     const float* geluGate = nullptr;
     int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
-    // Tensor-core path (batch 1): how many of each warp's first D weight items (D = 4, GeGLU 2)
-    // the kernel issues before its programmatic dependency wait; the others go out once x is
-    // staged. -1 (or >= D): all of them, the default. An experiment (docs/PERFORMANCE.md version
-    // 23, next lever 1): the x loads issued after the wait may queue behind those weight loads.
-    // The same arithmetic in the same order: the same bits.
-    int itemsBeforeWait = -1;
 };
 
 // y = W·x.

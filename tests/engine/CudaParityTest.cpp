@@ -288,21 +288,6 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     EXPECT_NE(defaultLine.find("full-layer pieces split for 4096 keys up to that band (at larger allocations)"), std::string::npos)
         << defaultLine;
     EXPECT_EQ(backendLine(separatePieces).find("norm + RoPE inside"), std::string::npos) << "off with the option";
-    // Fewer of the matvecs' first weight items before their dependency wait
-    // (OpenOptions::matvecItemsBeforeWait, an experiment): the same loads in the same order, so the
-    // default run's bits, and the device chain's ids alone and between timed steps.
-    for (int early : {0, 1}) {
-        const auto adjust = [early](gemma::OpenOptions& o) { o.matvecItemsBeforeWait = early; };
-        const std::string label = std::to_string(early) + " matvec weight items before the wait";
-        const Generation run = runWith(adjust);
-        EXPECT_EQ(run.logits, exact.logits) << label << ": logits bit-identical";
-        EXPECT_EQ(run.tokens, exact.tokens) << label;
-        for (int every : {0, 5})
-            EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, adjust), run.tokens)
-                << label << ", device chain, instrumentEvery " << every;
-        EXPECT_NE(backendLine(adjust).find(std::to_string(early) + " matvec weight items per warp before the wait"), std::string::npos)
-            << backendLine(adjust);
-    }
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");

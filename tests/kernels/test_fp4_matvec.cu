@@ -148,21 +148,12 @@ bool isTiled(Path p) { return p == Path::Tiled || p == Path::TiledCudaCores; }
 const std::vector<std::string> kMatvecPhases = {"",           "first weights issued", "dependency wait", "x staged (barrier)",
                                                 "first tile", "later tiles",          "last stores",     "x loads issued",
                                                 "x loads arrived", "x converted, stored"};
-// itemsBeforeWait: Fp4MatvecParams::itemsBeforeWait (-1: all D, the default).
-std::string phaseTitle(int itemsBeforeWait, bool programmatic) {
-    return std::string("  ") + (programmatic ? "programmatic, each launch after the previous" : "alone") +
-           (itemsBeforeWait < 0 ? std::string(":") : ", " + std::to_string(itemsBeforeWait) + " weight items per warp before the wait, the rest after staging x:");
-}
-// The phases of `time(programmatic)`'s launches (of `params`, which it reads), alone and chained,
-// with all D weight items before the wait (the default), one and none; `params` restored.
+// The phases of `time(programmatic)`'s launches, alone and chained programmatically.
 template <typename Time>
-void appendMatvecPhases(std::vector<std::string>& lines, Fp4MatvecParams& params, Time&& time) {
-    for (const int early : {-1, 1, 0})
-        for (const bool programmatic : {false, true}) {
-            params.itemsBeforeWait = early;
-            harness::appendPhases(lines, phaseTitle(early, programmatic), kMatvecPhases, [&] { time(programmatic); });
-        }
-    params.itemsBeforeWait = -1;
+void appendMatvecPhases(std::vector<std::string>& lines, Time&& time) {
+    for (const bool programmatic : {false, true})
+        harness::appendPhases(lines, programmatic ? "  programmatic, each launch after the previous:" : "  alone:", kMatvecPhases,
+                              [&] { time(programmatic); });
 }
 #endif
 
@@ -362,28 +353,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         sameBits(got, dy.download(), s.out), "");
     };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
-    // Fewer weight items before the dependency wait (Fp4MatvecParams::itemsBeforeWait): the same
-    // loads in the same order, so `want`'s bits; below -1 refused.
-    const bool itemsChecked = path == Path::Tiled || path == Path::Default;
-    auto checkItemsBeforeWait = [&](const Fp4MatvecParams& base, bool geglu, const std::vector<float>& want, std::initializer_list<int> counts) {
-        for (int early : counts) {
-            Fp4MatvecParams e = base;
-            e.itemsBeforeWait = early;
-            dy.poison();
-            HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(e, nullptr) : gemma::cuda::launchFp4Matvec(e, nullptr));
-            HCHECK(cudaDeviceSynchronize());
-            report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + (isTiled(path) ? " tiled" : "") + ": " +
-                                std::to_string(early) + " items before the wait bit-identical",
-                            sameBits(want, dy.download(), s.out), "");
-        }
-    };
-    if (itemsChecked) {
-        checkItemsBeforeWait(p, false, y, {0, 1, 2});
-        Fp4MatvecParams bad = p;
-        bad.itemsBeforeWait = -2;
-        report.addCheck("matvec " + s.name + ": items before the wait -2 refused",
-                        gemma::cuda::launchFp4Matvec(bad, nullptr) == gemma::cuda::KernelStatus::InvalidArgument, "");
-    }
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -461,7 +430,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
         if (isTiled(path)) checkAgainstRows(g, true, yg, &du);
-        if (itemsChecked) checkItemsBeforeWait(g, true, yg, {0, 1});
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -536,7 +504,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 // Where the tiled GeGLU launch's time goes (Fp4Matvec.cu's marks 1-6), over the
                 // timed launches on rotating weight copies (from DRAM): alone, then
                 // programmatically, each launch after the previous one (as in the decode step).
-                appendMatvecPhases(perfLines, g, [&](bool programmatic) { timeGeglu(false, false, false, false, programmatic); });
+                appendMatvecPhases(perfLines, [&](bool programmatic) { timeGeglu(false, false, false, false, programmatic); });
 #endif
             } else {
                 const double us = timeGeglu(false, false);
@@ -606,7 +574,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             // launches on rotating weight copies (from DRAM): alone, then programmatically, each
             // launch after the previous one (as in the decode step: the next launch's blocks issue
             // their weights and wait while the last blocks of the previous one finish).
-            appendMatvecPhases(perfLines, p, [&](bool programmatic) { timeVariant(false, 0, false, false, false, false, false, programmatic); });
+            appendMatvecPhases(perfLines, [&](bool programmatic) { timeVariant(false, 0, false, false, false, false, false, programmatic); });
 #endif
             return;
         }

@@ -223,12 +223,6 @@ struct OpenOptions {
     // 12b at 32K decodes 2.1 % faster at positions 100-227, within 0.3 % of 4K, docs/
     // PERFORMANCE.md version 21 step 1); 0: never; N: up to N keys.
     int fullAttentionBandKeys = -1;
-    // CUDA, decode matvecs on tensor cores: how many of each warp's first weight items (4; the
-    // GeGLU 2) a matvec launch issues before its programmatic dependency wait; the rest go out once
-    // its x is staged (kernels Fp4MatvecParams::itemsBeforeWait). -1 (default): all of them. An
-    // experiment (docs/PERFORMANCE.md version 23, next lever 1): x staging takes 1.3-4.1 us of
-    // every launch, and its loads may queue behind those weight loads. The same logits bit for bit.
-    int matvecItemsBeforeWait = -1;
     // CUDA: where a decode step's attention runs on the tensor-core pieces (the full layers',
     // OpenOptions::tensorCoreAttention), the q/k/v norm + RoPE and the KV-cache write run inside
     // the pieces' launch (AttentionDecodeParams::fuseNormRope with tensorCores: every piece
