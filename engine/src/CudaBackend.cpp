@@ -191,7 +191,8 @@ public:
           fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
-          attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
+          attentionPrefetch_(options.attentionPrefetch), matvecSplitStaging_(options.matvecSplitStaging),
+          gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
 
@@ -294,6 +295,7 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
+               (matvecSplitStaging_ ? ", matvec x staged in two halves" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
@@ -992,6 +994,7 @@ private:
         }
         if (foldNorm) p.inputNorm = takePendingNorm();
         p.geluGate = geluGate;
+        p.splitStaging = matvecSplitStaging_;
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -1823,6 +1826,7 @@ private:
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;
     bool attentionPrefetch_ = true;
+    bool matvecSplitStaging_ = false;  // OpenOptions::matvecSplitStaging
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;
