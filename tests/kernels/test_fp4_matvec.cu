@@ -735,9 +735,9 @@ void runIntegerEdgeCases(std::mt19937_64& rng, Report& report) {
     x[kIn - 1] = -35.0f;
     {
         // Integer x holds every entry to 2^-22 of its 128-group's largest magnitude (one shared
-        // exponent per group: Fp4Decode.h), so next to the outlier the small
-        // entries keep ~11 of their bits. The bound adds that rounding, Σ_i |w_i|·2^-22·max_G(i)|x|,
-        // to the 1e-5·Σ|w·x| of the other checks. (A row whose weight at the outlier is zero does
+        // exponent per group: Fp4Decode.h), so next to the outlier the small entries keep ~11 of
+        // their bits. The bound adds that rounding, Σ_i |w_i|·2^-22·max_G(i)|x|, to the
+        // 1e-5·Σ|w·x| of the other checks. (A row whose weight at the outlier is zero does
         // not see the outlier in Σ|w·x|; 31-bit x kept such rows inside 1e-5·Σ|w·x| alone.)
         const std::vector<float> y = run(x, false);
         std::vector<double> groupMax(static_cast<std::size_t>((kIn + 127) / 128), 0.0);
