@@ -6,6 +6,8 @@
 #   GEMMA_AB_BASE    space-separated directories, each holding one base's versions of the changed
 #                    files at their paths inside the repository (e.g. made with `git show REV:PATH`);
 #                    a run is labelled with its directory's name; required
+#   GEMMA_AB_VARIANTS  ';'-separated gemma-bench flag sets run on the working tree's build (default:
+#                    one empty set, the defaults), each a run of its own in every round
 #   GEMMA_AB_ARGS    flags for every run (default: --skip prefill,kernels --allocations 4096 --depths 32768)
 #   GEMMA_AB_ROUNDS  rounds (default 2; 0 = build and parity only)
 #   GEMMA_AB_PARITY  0 skips the parity tests (a second call on a warm machine after a first one)
@@ -36,7 +38,7 @@ buildBase() {
   for b in "${bases[@]}"; do excludes+=(--exclude="./$(realpath --relative-to="$root" "$b")"); done
   rm -rf "$src" && mkdir -p "$src"
   tar -C "$root" "${excludes[@]}" -cf - . | tar -C "$src" -xf -
-  (cd "$base" && find . -type f) | while read -r f; do cp -p "$base/$f" "$src/$f"; done
+  (cd "$base" && find . -type f) | while read -r f; do mkdir -p "$(dirname "$src/$f")" && cp -p "$base/$f" "$src/$f"; done
   configure "$src" "$(baseBuild "$base")" gemma-bench
 }
 configure "$root" /tmp/gemma-build gemma-bench gpu_parity_tests || { tail -40 "$out/build.log"; exit 1; }
@@ -49,14 +51,18 @@ if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
   grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
 fi
 markdown=$(mktemp)
+IFS=';' read -r -a variants <<< "${GEMMA_AB_VARIANTS:-}"
+[ ${#variants[@]} -eq 0 ] && variants=("")
+runBench() {  # runBench BENCH LABEL [FLAGS...]
+  local bench=$1 label=$2
+  shift 2
+  : > "$markdown"
+  "$bench" --preset 12b ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} "$@" --markdown "$markdown" > /dev/null 2>&1
+  echo "=== round $round: [$label] exit $?" >> "$out/ab.txt"
+  cat "$markdown" >> "$out/ab.txt"
+}
 for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
-  for side in "${bases[@]}" new; do
-    bench=/tmp/gemma-build/app/cli/gemma-bench
-    [ "$side" != new ] && bench=$(baseBuild "$side")/app/cli/gemma-bench
-    : > "$markdown"
-    "$bench" --preset 12b ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} --markdown "$markdown" > /dev/null 2>&1
-    echo "=== round $round: [$(basename "$side")] exit $?" >> "$out/ab.txt"
-    cat "$markdown" >> "$out/ab.txt"
-  done
+  for b in "${bases[@]}"; do runBench "$(baseBuild "$b")/app/cli/gemma-bench" "$(basename "$b")"; done
+  for v in "${variants[@]}"; do runBench /tmp/gemma-build/app/cli/gemma-bench "new${v:+ $v}" $v; done
 done
 grep -E "^===|^\| 12b" "$out/ab.txt"

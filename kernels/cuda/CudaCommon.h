@@ -208,6 +208,16 @@ __device__ __forceinline__ float blockSum(float v, float* scratch) {
     for (int w = 0; w < warps; ++w) total += scratch[w];
     return total;
 }
+// blockSum for a scratch area that no earlier call in this launch has used, so that nothing can
+// still be reading it: without blockSum's first barrier. The same sum in the same order.
+__device__ __forceinline__ float blockSumFresh(float v, float* scratch) {
+    v = warpSum(v);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < static_cast<int>((blockDim.x + 31) >> 5); ++w) total += scratch[w];
+    return total;
+}
 
 // ---- device: BF16 storage (raw uint16 bits, as WeightFormats.h) --------------------------------
 __device__ __forceinline__ float bf16LoToFloat(std::uint32_t pair) { return __uint_as_float(pair << 16); }

@@ -699,7 +699,8 @@ __host__ __device__ constexpr std::int64_t splitXBytes(std::int64_t groups) {
 // kernel's in the last bits), and block 0 writes the new residual. One piece per thread
 // (kMmaThreads·16 >= in, the launcher's bound: two pieces per thread spill the GeGLU kernels'
 // prefetched weights), the loads of residual and branch all issued before the first reduction.
-// Two block reductions (scratch: 32 floats of shared memory).
+// Two block reductions, one barrier each (scratch: 32 floats of shared memory, a fresh half for each:
+// staging runs once per launch, so no earlier reader of them needs a barrier first).
 __device__ __forceinline__ float4 scale4(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
@@ -722,7 +723,7 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
     const float n = static_cast<float>(in);
     if (nm.branch) {  // uniform across the block
         const float ss = squares4(b[0]) + squares4(b[1]) + squares4(b[2]) + squares4(b[3]);
-        const float inv = rsqrtf(blockSum(ss, scratch) / n + nm.eps);
+        const float inv = rsqrtf(blockSumFresh(ss, scratch) / n + nm.eps);
 #pragma unroll
         for (int f = 0; f < 4; ++f) v[0][f] = add4(v[0][f], mul4(scale4(b[f], inv), weight4(nm.branchWeight, f)));
     }
@@ -735,7 +736,7 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
         ss += squares4(v[0][f]);
     }
     if (nm.normalizeOutput) {  // uniform across the block
-        const float inv = rsqrtf(blockSum(ss, scratch) / n + nm.eps);
+        const float inv = rsqrtf(blockSumFresh(ss, scratch + kMmaWarps) / n + nm.eps);
 #pragma unroll
         for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), weight4(nm.outWeight, f));
     }
