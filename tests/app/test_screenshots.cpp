@@ -65,6 +65,10 @@ private:
         seedConversations(paths.databasePath());
         FakeEngineConfig config;
         config.tokensPerSecond = 120;
+        // The reply cycles until the token limit, so the reply is still streaming when the window
+        // is grabbed however late a loaded machine (the sanitizer build in CI) gets there: the
+        // built-in reply alone ends ~0.2 s after "double", and the check below once lost that race.
+        config.repeatReply = true;
         auto engine = std::make_unique<FakeChatEngine>(config);
         DeskApplication app(std::move(engine), paths);
         QString error;
