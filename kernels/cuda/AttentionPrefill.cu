@@ -166,14 +166,14 @@ __device__ __forceinline__ float sumHalf2(std::uint32_t v) {
 
 // Four 8×8 b16 matrices; lane l supplies the row address of matrix l/8, row l%8.
 __device__ __forceinline__ void ldmatrixX4(std::uint32_t (&r)[4], const __half* p) {
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    const unsigned a = sharedAddress(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a)
                  : "memory");
 }
 __device__ __forceinline__ void ldmatrixX4Trans(std::uint32_t (&r)[4], const __half* p) {
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    const unsigned a = sharedAddress(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a)

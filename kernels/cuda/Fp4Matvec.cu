@@ -653,39 +653,9 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
 }
 
 // ---- the second half of x by one bulk copy (Fp4MatvecParams::splitStaging) ----------------------
-// Thread 0 initializes an mbarrier (one arrival expected) before the dependency wait, and after it
-// arms the barrier with the copy's byte count and issues cp.async.bulk from global to shared
-// memory; the copy's completion flips the barrier's phase 0. Single use per launch. sm_90+ (the
-// launcher applies it there only; below, these compile to nothing).
-__device__ __forceinline__ unsigned sharedAddress(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void initCopyBarrier(std::uint64_t* barrier) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sharedAddress(barrier)) : "memory");
-    // The barrier's initialization visible to the copy engine (the async proxy) before it signals.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// `bytes`: a multiple of 16 below 2^20; `dst` and `src` 16-byte aligned.
-__device__ __forceinline__ void bulkCopyToShared(void* dst, const void* src, unsigned bytes, std::uint64_t* barrier) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(barrier)), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sharedAddress(dst)),
-                 "l"(src), "r"(bytes), "r"(sharedAddress(barrier))
-                 : "memory");
-}
-__device__ __forceinline__ void waitCopyBarrier(std::uint64_t* barrier) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(sharedAddress(barrier))
-        : "memory");
-}
-#else
-__device__ __forceinline__ void initCopyBarrier(std::uint64_t*) {}
-__device__ __forceinline__ void bulkCopyToShared(void*, const void*, unsigned, std::uint64_t*) {}
-__device__ __forceinline__ void waitCopyBarrier(std::uint64_t*) {}
-#endif
+// Thread 0 initializes the copy's mbarrier before the dependency wait, then issues the bulk copy
+// (CudaCommon.h) after it; single use per launch, sm_90+ only (the launcher's condition).
+
 // Where the second half's raw fp32 x sits: past the integer x (integerXBytes), 128-byte aligned.
 __host__ __device__ constexpr std::int64_t splitRawOffset(std::int64_t groups) { return (integerXBytes(groups) + 127) / 128 * 128; }
 // The shared memory of integer x staged in two halves: the planes etc., then the second half's raw x.
