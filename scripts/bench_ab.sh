@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Alternating A/B rounds of gemma-bench flag sets on one GPU, so that clock and thermal drift hit
-# every set alike (used by scripts/gpu_ab.sh and scripts/gpu_verify.sh).
+# every set alike (used by scripts/gpu_verify.sh).
 #   bench_ab.sh GEMMA_BENCH ROUNDS VARIANTS [gemma-bench arguments for every run...]
 # VARIANTS: ';'-separated flag sets (an empty set = the defaults). Prints, per run, a line
 # "=== round R: [flags] exit N" and that run's markdown. BENCH_AB_TIMEOUT: seconds per run

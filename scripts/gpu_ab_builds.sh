@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# A/B of builds on the GPU machine in one call: the working tree against bases that differ from it
-# in a few files (a kernel change that has no runtime switch). Builds each (sm_90, no UI), runs the
-# model-level parity tests (gpu_parity_tests) on the working tree, then gemma-bench on every base
-# and the working tree in turn, round after round, so that clock and thermal drift hit all alike.
+# A/B on the GPU machine in one call: flag sets of the working tree's build, and optionally other
+# builds that differ from it in a few files (a kernel change that has no runtime switch). Builds
+# each (sm_90, no UI), runs the model-level parity tests (gpu_parity_tests) on the working tree,
+# then gemma-bench on every base and every flag set in turn, round after round, so that clock and
+# thermal drift hit all alike. scripts/gpu_ab.sh is this without bases.
 #   GEMMA_AB_BASE    space-separated directories, each holding one base's versions of the changed
 #                    files at their paths inside the repository (e.g. made with `git show REV:PATH`);
-#                    a run is labelled with its directory's name; required
+#                    a run is labelled with its directory's name (default: none)
 #   GEMMA_AB_VARIANTS  ';'-separated gemma-bench flag sets run on the working tree's build (default:
-#                    one empty set, the defaults), each a run of its own in every round
+#                    one empty set, the defaults), each a run of its own in every round; labelled
+#                    with its flags ("defaults" for the empty set), after "new" where there are bases
 #   GEMMA_AB_ARGS    flags for every run (default: --skip prefill,kernels --allocations 4096 --depths 32768)
 #   GEMMA_AB_ROUNDS  rounds (default 2; 0 = build and parity only)
 #   GEMMA_AB_PARITY  0 skips the parity tests (a second call on a warm machine after a first one)
+#   GEMMA_AB_PRESET  the gemma-bench preset (default 12b)
+#   GEMMA_PARITY_REPEAT  runs of the parity tests (scripts/gpu_parity.sh; default 1)
 # Output: $OUT/ab.txt: the parity summary and per-model figures, then per run the bench markdown.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +22,7 @@ root=$(pwd)
 out=${OUT:-/tmp/gemma-out}
 mkdir -p "$out"
 bases=()
-for b in ${GEMMA_AB_BASE:?GEMMA_AB_BASE: directories of the base versions of the changed files}; do
+for b in ${GEMMA_AB_BASE:-}; do
   [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
   bases+=("$(cd "$b" && pwd)")
 done
@@ -57,12 +61,16 @@ runBench() {  # runBench BENCH LABEL [FLAGS...]
   local bench=$1 label=$2
   shift 2
   : > "$markdown"
-  "$bench" --preset 12b ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} "$@" --markdown "$markdown" > /dev/null 2>&1
+  "$bench" --preset "${GEMMA_AB_PRESET:-12b}" ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} "$@" --markdown "$markdown" > /dev/null 2>&1
   echo "=== round $round: [$label] exit $?" >> "$out/ab.txt"
   cat "$markdown" >> "$out/ab.txt"
 }
 for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
   for b in "${bases[@]}"; do runBench "$(baseBuild "$b")/app/cli/gemma-bench" "$(basename "$b")"; done
-  for v in "${variants[@]}"; do runBench /tmp/gemma-build/app/cli/gemma-bench "new${v:+ $v}" $v; done
+  for v in "${variants[@]}"; do
+    label=${v:-defaults}
+    [ ${#bases[@]} -gt 0 ] && label="new${v:+ $v}"
+    runBench /tmp/gemma-build/app/cli/gemma-bench "$label" $v
+  done
 done
-grep -E "^===|^\| 12b" "$out/ab.txt"
+grep -E "^===|^\| ${GEMMA_AB_PRESET:-12b} " "$out/ab.txt"
