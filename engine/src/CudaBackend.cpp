@@ -231,6 +231,7 @@ public:
         GEMMA_RETURN_IF_ERROR(cudaError(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties"));
         deviceName_ = properties.name;
         programmaticLaunch_ = programmaticLaunch_ && properties.major >= 9;  // PDL exists on sm_90+ only (name() says what runs)
+        matvecSplitStaging_ = matvecSplitStaging_ && properties.major >= 9;  // the bulk copy too
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
         // The GEMM prefill path needs cuBLASLt; without it (not installed, or turned off) prefill
         // runs the matvec kernels in chunks of kPrefillChunk rows.
