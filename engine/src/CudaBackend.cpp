@@ -191,8 +191,7 @@ public:
           fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
-          attentionPrefetch_(options.attentionPrefetch), matvecSplitStaging_(options.matvecSplitStaging),
-          gemmPrefillChunk_(options.gemmPrefillChunk),
+          attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
 
@@ -231,7 +230,6 @@ public:
         GEMMA_RETURN_IF_ERROR(cudaError(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties"));
         deviceName_ = properties.name;
         programmaticLaunch_ = programmaticLaunch_ && properties.major >= 9;  // PDL exists on sm_90+ only (name() says what runs)
-        matvecSplitStaging_ = matvecSplitStaging_ && properties.major >= 9;  // the bulk copy too
         GEMMA_RETURN_IF_ERROR(cudaError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
         // The GEMM prefill path needs cuBLASLt; without it (not installed, or turned off) prefill
         // runs the matvec kernels in chunks of kPrefillChunk rows.
@@ -296,7 +294,6 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
-               (matvecSplitStaging_ ? ", matvec x staged in two halves" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
@@ -995,7 +992,6 @@ private:
         }
         if (foldNorm) p.inputNorm = takePendingNorm();
         p.geluGate = geluGate;
-        p.splitStaging = matvecSplitStaging_;
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -1827,7 +1823,6 @@ private:
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;
     bool attentionPrefetch_ = true;
-    bool matvecSplitStaging_ = false;  // OpenOptions::matvecSplitStaging
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;

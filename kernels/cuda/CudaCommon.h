@@ -243,40 +243,6 @@ __device__ __forceinline__ void cpAsyncWait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// ---- device: bulk copies into shared memory (cp.async.bulk, sm_90+) -----------------------------
-// One thread initializes an mbarrier expecting one arrival (initCopyBarrier), later arms it with a
-// copy's byte count and issues the copy (bulkCopyToShared); the copy's completion flips the
-// barrier's phase 0, which every waiting thread sees (waitCopyBarrier). Single use: phase 0 only.
-// Below sm_90 these compile to nothing; callers launch them on sm_90+ only.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void initCopyBarrier(std::uint64_t* barrier) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sharedAddress(barrier)) : "memory");
-    // The barrier's initialization visible to the copy engine (the async proxy) before it signals.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// `bytes`: a multiple of 16 below 2^20; `dst` and `src` 16-byte aligned.
-__device__ __forceinline__ void bulkCopyToShared(void* dst, const void* src, unsigned bytes, std::uint64_t* barrier) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(barrier)), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sharedAddress(dst)),
-                 "l"(src), "r"(bytes), "r"(sharedAddress(barrier))
-                 : "memory");
-}
-__device__ __forceinline__ void waitCopyBarrier(std::uint64_t* barrier) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(sharedAddress(barrier))
-        : "memory");
-}
-#else
-__device__ __forceinline__ void initCopyBarrier(std::uint64_t*) {}
-__device__ __forceinline__ void bulkCopyToShared(void*, const void*, unsigned, std::uint64_t*) {}
-__device__ __forceinline__ void waitCopyBarrier(std::uint64_t*) {}
-#endif
-
 // ---- device: streaming loads -------------------------------------------------------------------
 // Weights are read exactly once per launch: bypass L1 allocation, keep L2 default.
 __device__ __forceinline__ uint4 ldgStream16(const void* p) {

@@ -613,25 +613,21 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
     }
 }
 
-// Fp4MatvecParams::splitStaging: the groups of x staged before the first items (the rest after).
-__host__ __device__ constexpr int splitFirstHalfGroups(int groups) { return (groups + 1) / 2; }
-
-// Stages x's pieces [pieceBegin, pieceEnd) (16 inputs each; both multiples of 8, whole groups):
-// `load4(offset)` gives x's 4 values at input `offset` (zero past `in`). `mark(i)`: the phase
-// clock's marks 7 (a pass's x loads issued), 8 (thread 0's loads have arrived; measurement builds
-// only) and 9 (converted, planes stored); nothing in the engine.
-template <typename Load4, typename Mark>
-__device__ __forceinline__ void stageXPieces(Load4&& load4, int pieceBegin, int pieceEnd, int groups, std::uint8_t* planes,
-                                             float* factors, Mark&& mark) {
+// `mark(i)`: the phase clock's marks 7 (a pass's x loads issued), 8 (thread 0's loads have
+// arrived; measurement builds only) and 9 (converted, planes stored); nothing in the engine.
+template <typename Mark>
+__device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
+                                              float* factors, Mark&& mark) {
+    const int pieces = groups * 8;
     // Warp-uniform trip count: every lane takes part in the shuffles.
-    for (int base = pieceBegin; base < pieceEnd; base += kMmaThreads * kIntStagePieces) {
+    for (int base = 0; base < pieces; base += kMmaThreads * kIntStagePieces) {
         float4 v[kIntStagePieces][4];
 #pragma unroll
         for (int s = 0; s < kIntStagePieces; ++s) {
             const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
 #pragma unroll
             for (int f = 0; f < 4; ++f)
-                v[s][f] = c < pieceEnd ? load4(static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[s][f] = c < pieces ? loadX4(x, in, static_cast<std::int64_t>(c) * 16 + f * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         mark(7);
 #ifdef GEMMA_PHASE_CLOCK
@@ -639,28 +635,9 @@ __device__ __forceinline__ void stageXPieces(Load4&& load4, int pieceBegin, int 
         phaseclock::waitFor(v[kIntStagePieces - 1][3].w);
         mark(8);
 #endif
-        convertXPieces<kIntStagePieces>(v, base, pieceEnd, planeBytes(groups), planes, factors);
+        convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
         mark(9);
     }
-}
-// All of x's groups, or with `halves` the first half of them (Fp4MatvecParams::splitStaging),
-// from global memory.
-template <typename Mark>
-__device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, bool halves, std::uint8_t* planes,
-                                              float* factors, Mark&& mark) {
-    const int pieces = (halves ? splitFirstHalfGroups(groups) : groups) * 8;
-    stageXPieces([&](std::int64_t offset) { return loadX4(x, in, offset); }, 0, pieces, groups, planes, factors, mark);
-}
-
-// ---- the second half of x by one bulk copy (Fp4MatvecParams::splitStaging) ----------------------
-// Thread 0 initializes the copy's mbarrier before the dependency wait, then issues the bulk copy
-// (CudaCommon.h) after it; single use per launch, sm_90+ only (the launcher's condition).
-
-// Where the second half's raw fp32 x sits: past the integer x (integerXBytes), 128-byte aligned.
-__host__ __device__ constexpr std::int64_t splitRawOffset(std::int64_t groups) { return (integerXBytes(groups) + 127) / 128 * 128; }
-// The shared memory of integer x staged in two halves: the planes etc., then the second half's raw x.
-__host__ __device__ constexpr std::int64_t splitXBytes(std::int64_t groups) {
-    return splitRawOffset(groups) + (groups - splitFirstHalfGroups(static_cast<int>(groups))) * 128 * 4;
 }
 
 // The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
@@ -789,16 +766,13 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-// HALVES (integer x, tiled, GPI 1): Fp4MatvecParams::splitStaging, its own instance so that the
-// default's loop carries no check for it.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool HALVES = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
     __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
     __shared__ float normScratch[INTEGER ? 32 : 1];  // blockSum's, for the input norm
-    __shared__ std::uint64_t secondHalfCopied;        // Fp4MatvecParams::splitStaging's copy barrier
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -810,11 +784,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
     const int myItems = (myGroups + GPI - 1) / GPI;
     const int items = myTiles * myItems;
-    // HALVES (the launcher checked sm_90+, in % 4 == 0, groups >= 2, no input norm):
-    // groups [0, half) staged before the first items, [half, groups) when first needed.
-    static_assert(!HALVES || (INTEGER && TILED), "x in halves: integer x, tiled weights");
-    const bool halves = HALVES && myTiles > 0;
-    const int half = halves ? splitFirstHalfGroups(groups) : groups;
 
     // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
     int loadTile = 0, loadItem = 0;
@@ -861,8 +830,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
     // with a programmatic launch they even overlap the previous kernel's tail, and only x waits
     // for it (gridDependencyWait: a no-op without a programmatic dependency).
-    GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-10
-    if (halves && threadIdx.x == 0) initCopyBarrier(&secondHalfCopied);  // seen by all after the staging barrier
+    GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-9
     allowDependentsToStart();
 #pragma unroll
     for (int u = 0; u < D; ++u) {
@@ -878,19 +846,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const float postscale = INTEGER ? 1.0f : kXPostscale;
     std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
-    // The second half's raw x (Fp4MatvecParams::splitStaging), past the integer x.
-    float* const secondHalfRaw = reinterpret_cast<float*>(intPlanes + splitRawOffset(groups));
-    auto markStaging = [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); };
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
-        if (!args.norm.residualIn) {
-            if (halves && threadIdx.x == 0)
-                bulkCopyToShared(secondHalfRaw, args.x + static_cast<std::int64_t>(half) * 128,
-                                 static_cast<unsigned>((in - static_cast<std::int64_t>(half) * 128) * 4), &secondHalfCopied);
-            stageXInteger(args.x, in, groups, HALVES, intPlanes, intFactors, markStaging);
-        } else {
-            stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
-        }
+        if (!args.norm.residualIn)
+            stageXInteger(args.x, in, groups, intPlanes, intFactors, [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
+        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
@@ -901,31 +861,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     IntegerLane intLane{};
     if constexpr (INTEGER) intLane = integerLane(g, q, intPlanes, intFactors, groups);
 
-    // Stages groups [half, groups) from the copy (halves): every warp calls it once, when it first
-    // reaches a group of the second half or else at its first tile's end, before that tile's
-    // barrier; so every thread passes this barrier once, and before any plane of it is read.
-    bool secondHalfStaged = !halves;
-    auto stageSecondHalf = [&] {
-        waitCopyBarrier(&secondHalfCopied);
-        const std::int64_t rawBase = static_cast<std::int64_t>(half) * 128;
-        stageXPieces(
-            [&](std::int64_t offset) {
-                // in % 4 == 0: a float4 lies wholly inside or wholly past `in`.
-                return offset < in ? *reinterpret_cast<const float4*>(secondHalfRaw + (offset - rawBase)) : make_float4(0.f, 0.f, 0.f, 0.f);
-            },
-            half * 8, groups * 8, groups, intPlanes, intFactors, [](int) {});
-        __syncthreads();
-        secondHalfStaged = true;
-        GEMMA_PHASE_MARK(10);  // the second half staged (its barrier)
-    };
-
     float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
     float intAcc[4] = {0.f, 0.f, 0.f, 0.f}, intUpAcc[4] = {0.f, 0.f, 0.f, 0.f};
     int computeTile = 0, computeItem = 0;
     // Ends tile `computeTile` for this warp: partials to shared memory, one barrier, warp
     // (tile % 8) sums the 8 warps' partials and stores the 16 outputs.
     auto flush = [&](int mine) {
-        if (!secondHalfStaged) stageSecondHalf();
         const int buffer = mine & 1;
         if constexpr (INTEGER) {
             integerRowSums(intAcc, intLane, accA, accB);
@@ -950,7 +891,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 if (GPI > 1 && local >= myGroups) break;
                 const int G = warp + local * kMmaWarps;
                 if constexpr (INTEGER) {
-                    if (!secondHalfStaged && G >= half) stageSecondHalf();
                     const IntegerX xg = loadIntegerX(intLane.b, G);
                     groupDotInteger(slot[u][s], xg, intLane.fold, intAcc);
                     if constexpr (GEGLU) groupDotInteger(slotUp[u][s], xg, intLane.fold, intUpAcc);
@@ -1064,31 +1004,25 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
-// Whether `perSm` blocks of the tensor-core kernel with `smem` bytes of dynamic shared memory fit
-// in one SM's shared memory (4096 bytes per block for its static arrays, rounded up).
-bool mmaBlocksFit(int perSm, std::size_t smem, const DeviceFacts& facts) {
-    constexpr std::size_t kStaticReserve = 4096;
-    return static_cast<std::size_t>(perSm) * (smem + kStaticReserve) <= static_cast<std::size_t>(facts.maxSharedPerSm);
-}
-
 // Launches a persistent batch-1 kernel. Raises its dynamic shared-memory limit to the largest size
 // seen (per instance), from the first launch on: the kernel's static arrays count against the
 // default 48 KB too, so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool HALVES = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED, HALVES>;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
         raised = smem;
     }
+    constexpr std::size_t kStaticReserve = 4096;  // the kernel's static shared memory, rounded up
     int perSm = 2;
-    while (perSm > 1 && !mmaBlocksFit(perSm, smem, facts)) --perSm;
+    while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
@@ -1127,26 +1061,16 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     }
     const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
     const XForm form = p.singleHalfX ? XForm::Fp16Single : p.fp16X ? XForm::Fp16Split : XForm::Integer;
-    std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
-                                              : static_cast<std::size_t>(groups) * 16 * 16 * (form == XForm::Fp16Split ? 2 : 1);
+    const std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
+                                                    : static_cast<std::size_t>(groups) * 16 * 16 * (form == XForm::Fp16Split ? 2 : 1);
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
-    // x in two halves (Fp4MatvecParams::splitStaging): tiled integer x without an input norm on
-    // sm_90+ (the bulk copy), only where the copy's size is whole 16-byte units, there are two
-    // halves, and the larger shared memory keeps two blocks per SM.
-    const std::size_t splitSmem = static_cast<std::size_t>(splitXBytes(groups));
-    const bool halves = p.splitStaging && facts.computeMajor >= 9 && p.tiled && form == XForm::Integer && !p.inputNorm.residualIn &&
-                        p.in % 4 == 0 && groups >= 2 && splitSmem <= static_cast<std::size_t>(facts.maxSharedPerBlockOptin) &&
-                        mmaBlocksFit(2, splitSmem, facts);
-    if (halves) smem = splitSmem;
     const bool pdl = p.programmaticLaunch;
     // D items in flight × GPI groups per item: the loads one warp holds in registers (within the
     // 128 that two blocks per SM allow). Plain matvec 4 × 1 (or the two-group-item experiment
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    if (p.tiled && form == XForm::Integer && halves) {
-        err = launchMmaTyped<GEGLU, XForm::Integer, GEGLU ? 2 : 4, 1, true, true>(args, tiles, smem, facts, pdl, stream);
-    } else if (p.tiled && form == XForm::Integer) {
+    if (p.tiled && form == XForm::Integer) {
         if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
         else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {

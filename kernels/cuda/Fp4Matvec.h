@@ -65,14 +65,6 @@ struct Fp4MatvecParams {
     // waits for that kernel (griddepcontrol.wait) before reading x. Ignored elsewhere. The
     // previous kernel must not need to finish before this one's launch for any other reason.
     bool programmaticLaunch = false;
-    // Integer tensor-core path without an input norm (o and down in the engine), batch 1: x is
-    // staged in two halves of its groups. The first half as usual; the second by one bulk copy
-    // (TMA) into shared memory, issued right after the dependency wait, converted only when a warp
-    // first reaches a group of the second half (then a block barrier), so its arrival and its
-    // conversion overlap the first half's items. The same bits. Applied where in % 4 == 0, x has at
-    // least 2 groups and two blocks per SM still fit the larger shared memory; ignored elsewhere.
-    // An experiment (docs/PERFORMANCE.md version 24, next lever 1): off by default.
-    bool splitStaging = false;
     // The input norm folded into the matvec (batch 1 on the integer tensor-core path, the
     // default; refused elsewhere). With residualIn set, `x` is not read: every block computes x
     // from the residual stream as launchRmsNormResidual (RmsNorm.h) does with residual =

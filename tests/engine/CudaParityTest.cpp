@@ -288,21 +288,6 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     EXPECT_NE(defaultLine.find("full-layer pieces split for 4096 keys up to that band (at larger allocations)"), std::string::npos)
         << defaultLine;
     EXPECT_EQ(backendLine(separatePieces).find("norm + RoPE inside"), std::string::npos) << "off with the option";
-    // x staged in two halves in the matvecs without a folded norm (OpenOptions::matvecSplitStaging,
-    // an experiment): the same conversion of the same values, so the default run's bits, and the
-    // device chain's ids alone and between timed steps. (It needs inputs of two or more groups: in
-    // these models the full layers' o projections where their heads are 64 wide.)
-    {
-        const auto halves = [](gemma::OpenOptions& o) { o.matvecSplitStaging = true; };
-        const Generation run = runWith(halves);
-        EXPECT_EQ(run.logits, exact.logits) << "x in two halves: logits bit-identical";
-        EXPECT_EQ(run.tokens, exact.tokens) << "x in two halves";
-        for (int every : {0, 5})
-            EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, halves), run.tokens)
-                << "x in two halves, device chain, instrumentEvery " << every;
-        EXPECT_NE(backendLine(halves).find("matvec x staged in two halves"), std::string::npos) << backendLine(halves);
-        EXPECT_EQ(defaultLine.find("two halves"), std::string::npos) << "off by default: " << defaultLine;
-    }
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
     const auto reference = gemma::test::readFloats(folder / "logits_fp4.f32");

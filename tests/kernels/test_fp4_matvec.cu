@@ -144,12 +144,10 @@ enum class Path { Default, CudaCores, SingleHalf, TwoGroups, Fp16Split, Tiled, T
 bool isTiled(Path p) { return p == Path::Tiled || p == Path::TiledCudaCores; }
 #ifdef GEMMA_PHASE_CLOCK
 // The phase clock's marks in fp4MatvecMmaKernel (measure_matvec_phases): 1-6 the launch's phases,
-// 7-9 inside the staging of x without an input norm (per pass; 3 is then the staging barrier), 10
-// with x in two halves (Fp4MatvecParams::splitStaging): from there through the first half's items
-// to the second half's barrier (4 is then the rest of the first tile).
+// 7-9 inside the staging of x without an input norm (per pass; 3 is then the staging barrier).
 const std::vector<std::string> kMatvecPhases = {"",           "first weights issued", "dependency wait", "x staged (barrier)",
                                                 "first tile", "later tiles",          "last stores",     "x loads issued",
-                                                "x loads arrived", "x converted, stored", "second half staged (barrier)"};
+                                                "x loads arrived", "x converted, stored"};
 // The phases of `time(programmatic)`'s launches, alone and chained programmatically.
 template <typename Time>
 void appendMatvecPhases(std::vector<std::string>& lines, Time&& time) {
@@ -355,18 +353,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         sameBits(got, dy.download(), s.out), "");
     };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
-    // x in two halves (Fp4MatvecParams::splitStaging; tiled integer x, ignored where the launcher
-    // does not apply it): the same conversion of the same values, so the same bits.
-    auto checkHalves = [&](const Fp4MatvecParams& base, bool geglu, const std::vector<float>& want) {
-        Fp4MatvecParams h = base;
-        h.splitStaging = true;
-        dy.poison();
-        HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(h, nullptr) : gemma::cuda::launchFp4Matvec(h, nullptr));
-        HCHECK(cudaDeviceSynchronize());
-        report.addCheck(std::string(geglu ? "geglu  " : "matvec ") + s.name + " tiled: x in two halves bit-identical",
-                        sameBits(want, dy.download(), s.out), "");
-    };
-    if (path == Path::Tiled && rows == 1) checkHalves(p, false, y);
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -444,7 +430,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
         if (isTiled(path)) checkAgainstRows(g, true, yg, &du);
-        if (path == Path::Tiled && rows == 1) checkHalves(g, true, yg);
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -584,25 +569,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                           bytes / registers * 1e-3);
             perfLines.push_back(line + contextColumns(context, bytes));
             p.tiled = true;  // the row layout was timed last
-            // x in two halves (Fp4MatvecParams::splitStaging), alone and programmatic.
-            p.splitStaging = true;
-            const double halvesUs = timeVariant(false, 0, false, false);
-            const double halvesChained = timeVariant(false, 0, false, false, false, false, false, true);
-            std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec tiled, x in two halves %8.2f us | programmatic %6.2f us",
-                          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), halvesUs, halvesChained);
-            perfLines.push_back(line);
-            p.splitStaging = false;
 #ifdef GEMMA_PHASE_CLOCK
             // Where the tiled launch's time goes (Fp4Matvec.cu's marks 1-6), over the timed
             // launches on rotating weight copies (from DRAM): alone, then programmatically, each
             // launch after the previous one (as in the decode step: the next launch's blocks issue
-            // their weights and wait while the last blocks of the previous one finish). Then the
-            // same with x in two halves (mark 10: the second half staged).
+            // their weights and wait while the last blocks of the previous one finish).
             appendMatvecPhases(perfLines, [&](bool programmatic) { timeVariant(false, 0, false, false, false, false, false, programmatic); });
-            perfLines.push_back("  x in two halves:");
-            p.splitStaging = true;
-            appendMatvecPhases(perfLines, [&](bool programmatic) { timeVariant(false, 0, false, false, false, false, false, programmatic); });
-            p.splitStaging = false;
 #endif
             return;
         }

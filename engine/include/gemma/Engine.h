@@ -223,12 +223,6 @@ struct OpenOptions {
     // 12b at 32K decodes 2.1 % faster at positions 100-227, within 0.3 % of 4K, docs/
     // PERFORMANCE.md version 21 step 1); 0: never; N: up to N keys.
     int fullAttentionBandKeys = -1;
-    // CUDA, decode matvecs on tensor cores without a folded input norm (o and down): x staged in
-    // two halves, the second by one bulk copy converted only when first needed, so its arrival and
-    // conversion overlap the first half's weights (kernels Fp4MatvecParams::splitStaging). An
-    // experiment (docs/PERFORMANCE.md version 24, next lever 1), off by default. The same logits
-    // bit for bit.
-    bool matvecSplitStaging = false;
     // CUDA: where a decode step's attention runs on the tensor-core pieces (the full layers',
     // OpenOptions::tensorCoreAttention), the q/k/v norm + RoPE and the KV-cache write run inside
     // the pieces' launch (AttentionDecodeParams::fuseNormRope with tensorCores: every piece
