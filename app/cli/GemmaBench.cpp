@@ -166,7 +166,6 @@ int main(int argc, char** argv) {
          {"separate-pieces-norm-rope", false, "run the full layers' decode q/k/v norm + RoPE and KV-cache write in their own kernel before the tensor-core attention pieces instead of inside them (comparisons)"},
          {"cluster-full-attention-keys", true, "run the decode attention of full layers with at most 8 query heads per KV head (e2b, e4b, 31b) as thread-block clusters while the band is at most N keys (0: never; default: where that is faster on the H200, 192 keys for e2b and 31b, 384 for e4b)", "N"},
          {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
-         {"matvec-input-slices", true, "decode o and down projections: split x's groups into up to N slices (1-4), each block staging only its slice; the next matvec's folded norm adds the partial outputs (default 1: off; comparisons)", "N"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"full-attention-band-keys", true, "while the band is at most N keys, split the full layers' decode attention pieces for N keys instead of the KV allocation, at allocations above N (default 4096; 0: never)", "N"},
@@ -233,7 +232,6 @@ int main(int argc, char** argv) {
     // Absent, --cluster-full-attention-keys leaves the engine's automatic limit (-1).
     if (!intOption("cluster-full-attention-keys", 0, 1 << 20, options.clusterFullAttentionKeys) ||
         !intOption("full-attention-band-keys", 0, 1 << 20, options.fullAttentionBandKeys) ||
-        !intOption("matvec-input-slices", 1, 4, options.matvecInputSlices) ||
         !intOption("prefill-chunk", 32, 8192, options.gemmPrefillChunk))
         return 1;
     options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");

@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -192,8 +191,7 @@ public:
           fusedPiecesNormRope_(options.fusedPiecesNormRope),
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
-          attentionPrefetch_(options.attentionPrefetch), matvecInputSlices_(options.matvecInputSlices),
-          gemmPrefillChunk_(options.gemmPrefillChunk),
+          attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
 
@@ -296,7 +294,6 @@ public:
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
-               (matvecInputSlices_ > 1 ? ", matvec input slices up to " + std::to_string(matvecInputSlices_) : std::string{}) +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
@@ -799,10 +796,7 @@ private:
         GEMMA_RETURN_IF_ERROR(residual_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(residualAlternate_.allocateZeroed(H * 4, "workspace"));  // decode rows only (deferred norms)
         GEMMA_RETURN_IF_ERROR(normed_.allocateZeroed(R * H * 4, "workspace"));
-        // A decode step's branch may hold a sliced matvec's partial outputs (branchSlices): up to
-        // kMaxInputSlices rows of H.
-        const std::size_t branchRows = std::max<std::size_t>(R, kc::Fp4MatvecParams::kMaxInputSlices);
-        GEMMA_RETURN_IF_ERROR(branch_.allocateZeroed(branchRows * H * 4, "workspace"));
+        GEMMA_RETURN_IF_ERROR(branch_.allocateZeroed(R * H * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(query_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(key_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(value_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
@@ -947,8 +941,7 @@ private:
     // geluGate (batch 1 off the GEMM path only, one weight): y = gelu_tanh(W·x) ⊙ geluGate in the
     // matvec's store (Fp4MatvecParams::geluGate).
     Status matvec(const DeviceLinear& w, const float* x, std::int64_t xStride, float* y, std::int64_t yStride, int rows, StepStats* stats,
-                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}, const float* geluGate = nullptr,
-                  int inputSlices = 1) {
+                  const DeviceLinear* up = nullptr, std::span<const ExtraOutput> extras = {}, const float* geluGate = nullptr) {
         // A deferred norm whose output this matvec reads (the normed copy, or for a residual
         // update alone the residual stream) rides in its staging (one launch), when the matvec is
         // a single batch-1 integer launch; anything else runs the norm first.
@@ -960,9 +953,6 @@ private:
         const bool foldNorm = pendingNorm_.active && x == pendingOutput && rows == 1 && integerMatvec_ && !mixedLayouts &&
                               w.in <= kc::Fp4MatvecParams::kInputNormMaxIn && !gemmRows(rows);
         if (!foldNorm) GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
-        if (inputSlices > 1 && (rows != 1 || up || !extras.empty() || geluGate || !w.tiled || !integerMatvec_ || gemmRows(rows)))
-            return Status{ErrorCode::Internal, "input slices need a one-weight batch-1 integer matvec on tiled weights"};
-        if (y == branch_.as<float>()) branchParts_ = inputSlices;
         if (gemmRows(rows)) {
             Timed timed(*this, stats, Bucket::Fp4Matvec);
             GEMMA_RETURN_IF_ERROR(gemmLinear(w, x, xStride, y, yStride, rows, up));
@@ -1002,8 +992,6 @@ private:
         }
         if (foldNorm) p.inputNorm = takePendingNorm();
         p.geluGate = geluGate;
-        p.inputSlices = inputSlices;
-        p.sliceStride = yStride;
         return up ? kernelError(kc::launchFp4GegluMatvec(p, stream_), "gate/up GeGLU matvec")
                   : kernelError(kc::launchFp4Matvec(p, stream_), "fp4 matvec");
     }
@@ -1202,18 +1190,13 @@ private:
         // Deferred (to ride in the consuming matvec): a norm into the normed copy, or a residual
         // update alone (out null; the per-layer-input block's, whose gate reads the residual).
         if (fusedNorms_ && rows == 1 && !residual && (out == normed_.as<float>() || !out) && n == config_.hiddenSize && n % 4 == 0) {
-            pendingNorm_ = {true, branch, branchWeight, layerScalar, outWeight, out != nullptr,
-                            branch && branch == branch_.as<float>() ? branchParts_ : 1};
+            pendingNorm_ = {true, branch, branchWeight, layerScalar, outWeight, out != nullptr};
             return Status::ok();
         }
         return runNorm(branch, branchWeight, layerScalar, outWeight, out, n, rows, stats, residual);
     }
     Status runNorm(const float* branch, const float* branchWeight, float layerScalar, const float* outWeight, float* out,
                    std::int64_t n, int rows, StepStats* stats, float* residual) {
-        // The norm kernel reads one branch vector: branchSlices asks for slices only where a
-        // matvec's staging consumes them.
-        if (branch && branch == branch_.as<float>() && branchParts_ > 1)
-            return Status{ErrorCode::Internal, "a sliced matvec's partial outputs reached the norm kernel"};
         Timed timed(*this, stats, Bucket::NormElementwise);
         kc::RmsNormParams p;
         p.branch = branch;
@@ -1248,8 +1231,6 @@ private:
         in.outWeight = pendingNorm_.outWeight;
         in.eps = config_.rmsNormEps;
         in.normalizeOutput = pendingNorm_.normalizeOutput;
-        in.branchParts = pendingNorm_.branchParts;
-        in.branchPartStride = config_.hiddenSize;
         if (pendingNorm_.branch || pendingNorm_.layerScalar != 1.0f) {  // otherwise the residual is unchanged
             float* other = residualNow_ == residual_.as<float>() ? residualAlternate_.as<float>() : residual_.as<float>();
             in.residualOut = other;
@@ -1729,24 +1710,6 @@ private:
         return kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention");
     }
 
-    // OpenOptions::matvecInputSlices: the slices for a batch-1 matvec `producer` whose output (the
-    // branch) the next matvec reads through its folded input norm (InputNorm::branchParts); that
-    // matvec's weights are `consumers` (null entries: absent weights), all of which must be tiled
-    // for the fold to happen in one launch. The most slices up to the option that keep groups of
-    // 8 per slice (every warp as many); 1 where any of it does not hold.
-    int branchSlices(const DeviceLinear& producer, std::initializer_list<const DeviceLinear*> consumers, int rows) const {
-        const std::int64_t H = config_.hiddenSize;
-        if (matvecInputSlices_ <= 1 || rows != 1 || gemmRows(rows) || !integerMatvec_ || !fusedNorms_ || !producer.tiled || H % 4 != 0 ||
-            H > kc::Fp4MatvecParams::kInputNormMaxIn)
-            return 1;
-        for (const DeviceLinear* c : consumers)
-            if (c && (!c->tiled || c->in > kc::Fp4MatvecParams::kInputNormMaxIn)) return 1;
-        const std::int64_t groups = formats::fp4GroupsPerRow(producer.in);
-        for (int s = std::min(matvecInputSlices_, kc::Fp4MatvecParams::kMaxInputSlices); s > 1; --s)
-            if (groups % (8 * s) == 0) return s;
-        return 1;
-    }
-
     Status runLayer(int l, int rows, StepStats* stats) {
         const auto& c = config_;
         const auto& g = c.layers[l];
@@ -1787,29 +1750,14 @@ private:
             Timed timed(*this, stats, Bucket::Attention);
             GEMMA_RETURN_IF_ERROR(attention(l, rows));
         }
-        GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats, nullptr, {}, nullptr,
-                                     branchSlices(w.o, {&w.gate, &w.up}, rows)));
+        GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
 
         // Feed-forward block: GeGLU fused into the gate/up matvec.
         GEMMA_RETURN_IF_ERROR(matvec(w.gate, normed, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up));
-        const bool lastLayer = l + 1 == c.numLayers;
-        // down's branch is read next by the per-layer-input gate's staging (PLE), the next layer's
-        // q/k/v staging, or after the last layer by the final norm's kernel (no slices).
-        int downSlices = 1;
-        if (c.hasPerLayerInputs()) {
-            downSlices = branchSlices(w.down, {&w.perLayerGate}, rows);
-        } else if (!lastLayer) {
-            const DeviceLayer& next = layers_[l + 1];
-            const auto& nextGeometry = c.layers[l + 1];
-            downSlices = branchSlices(w.down,
-                                      {&next.q, nextGeometry.kvShared ? nullptr : &next.k,
-                                       nextGeometry.kvShared || !nextGeometry.hasValueProjection ? nullptr : &next.v},
-                                      rows);
-        }
-        GEMMA_RETURN_IF_ERROR(matvec(w.down, ffn_.as<float>(), ffnWidth_, branch_.as<float>(), H, rows, stats, nullptr, {}, nullptr,
-                                     downSlices));
+        GEMMA_RETURN_IF_ERROR(matvec(w.down, ffn_.as<float>(), ffnWidth_, branch_.as<float>(), H, rows, stats));
 
+        const bool lastLayer = l + 1 == c.numLayers;
         const float* nextNorm = lastLayer ? finalNorm_ : layers_[l + 1].inputNorm;
         if (!c.hasPerLayerInputs()) {
             return norm(branch_.as<float>(), w.postFeedforwardNorm, w.layerScalar, nextNorm, normed, H, rows, stats);
@@ -1875,7 +1823,6 @@ private:
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;
     bool attentionPrefetch_ = true;
-    int matvecInputSlices_ = 1;  // OpenOptions::matvecInputSlices
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;
@@ -1893,11 +1840,7 @@ private:
         float layerScalar = 1.0f;
         const float* outWeight = nullptr;
         bool normalizeOutput = true;  // false: a residual update only (the consumer reads residualNow_)
-        int branchParts = 1;          // the branch as partial outputs of a sliced matvec (branchSlices)
     };
-    // The partial outputs branch_ holds (a sliced matvec's, OpenOptions::matvecInputSlices), each
-    // H floats after the previous; 1: branch_ is the vector itself.
-    int branchParts_ = 1;
     PendingNorm pendingNorm_;
     DeviceBuffer residualAlternate_;
     float* residualNow_ = nullptr;

@@ -311,9 +311,6 @@ struct MmaArgs {
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
     const float* geluGate;            // Fp4MatvecParams::geluGate (segment 0 only, not with GeGLU)
-    int slices;                       // Fp4MatvecParams::inputSlices (SLICED kernels only)
-    int sliceGroups;                  // groups per slice
-    std::int64_t sliceStride;         // floats between the slices' partial outputs
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -616,17 +613,14 @@ __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base
     }
 }
 
-// Stages x's groups [groupBegin, groupEnd) (all of them but with Fp4MatvecParams::inputSlices;
-// `groups` sizes the planes). `mark(i)`: the phase clock's marks 7 (a pass's x loads issued), 8
-// (thread 0's loads have arrived; measurement builds only) and 9 (converted, planes stored);
-// nothing in the engine.
+// `mark(i)`: the phase clock's marks 7 (a pass's x loads issued), 8 (thread 0's loads have
+// arrived; measurement builds only) and 9 (converted, planes stored); nothing in the engine.
 template <typename Mark>
-__device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, int groupBegin, int groupEnd,
-                                              std::uint8_t* planes, float* factors, Mark&& mark) {
-    const int pieces = groupEnd * 8;
-    // Warp-uniform trip count: every lane takes part in the shuffles. A group's 8 pieces stay in
-    // 8 consecutive lanes (groupBegin · 8 is a multiple of 8).
-    for (int base = groupBegin * 8; base < pieces; base += kMmaThreads * kIntStagePieces) {
+__device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
+                                              float* factors, Mark&& mark) {
+    const int pieces = groups * 8;
+    // Warp-uniform trip count: every lane takes part in the shuffles.
+    for (int base = 0; base < pieces; base += kMmaThreads * kIntStagePieces) {
         float4 v[kIntStagePieces][4];
 #pragma unroll
         for (int s = 0; s < kIntStagePieces; ++s) {
@@ -672,15 +666,6 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
     for (int f = 0; f < 4; ++f) {
         v[0][f] = live ? loadX4(nm.residualIn, in, first + f * 4) : zero;
         b[f] = live && nm.branch ? loadX4(nm.branch, in, first + f * 4) : zero;
-    }
-    // A branch in parts (InputNorm::branchParts): their sum, in part order (uniform across the block).
-#pragma unroll
-    for (int k = 1; k < Fp4MatvecParams::kMaxInputSlices; ++k) {
-        if (k >= nm.branchParts || !nm.branch) break;
-        const float* part = nm.branch + k * nm.branchPartStride;
-#pragma unroll
-        for (int f = 0; f < 4; ++f)
-            if (live) b[f] = add4(b[f], loadX4(part, in, first + f * 4));
     }
     const float n = static_cast<float>(in);
     if (nm.branch) {  // uniform across the block
@@ -757,7 +742,7 @@ __device__ __forceinline__ void writeRowSums(float (*slot)[kMmaTileRows], int g,
 // fixed order, × postscale, GeGLU applied; rows past the segment's `out` are not stored.
 template <bool GEGLU>
 __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int lane, const float (*partial)[GEGLU ? 2 : 1][kMmaTileRows],
-                                             float postscale, std::int64_t yOffset = 0) {
+                                             float postscale) {
     const MmaSegment& S = args.segment[segmentOf(args, tile)];
     const std::int64_t row = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows + lane;
     if (row >= S.out) return;
@@ -770,7 +755,7 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
     float v = sum * postscale;
     if constexpr (GEGLU) v = geluTanh(v) * (upSum * postscale);
     else if (args.geluGate) v = geluTanh(v) * args.geluGate[row];  // segment 0 only (the launcher)
-    S.y[yOffset + row] = v;
+    S.y[row] = v;
 }
 
 // Persistent grid (at most the resident block count); block b takes tiles b, b + gridDim, ...
@@ -781,11 +766,7 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-// SLICED (integer x, tiled, one weight, no input norm): Fp4MatvecParams::inputSlices. Block b
-// takes slice b % slices of x's groups and, among that slice's gridDim / slices blocks, the tiles
-// b / slices, + gridDim / slices, ...; it stages only its slice and stores the slice's partial
-// outputs at y + slice · sliceStride. Its own instance, so the default's code is unchanged.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool SLICED = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
@@ -798,14 +779,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const int q = lane & 3;
     const std::int64_t in = args.in;
     const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
-    static_assert(!SLICED || (INTEGER && TILED && !GEGLU), "input slices: integer x, tiled, one weight");
-    const int slice = SLICED ? static_cast<int>(blockIdx.x) % args.slices : 0;
-    const int tileBlock = SLICED ? static_cast<int>(blockIdx.x) / args.slices : static_cast<int>(blockIdx.x);
-    const int tileBlocks = SLICED ? static_cast<int>(gridDim.x) / args.slices : static_cast<int>(gridDim.x);
-    const int groupBegin = SLICED ? slice * args.sliceGroups : 0;
-    const int sliceGroups = SLICED ? args.sliceGroups : groups;  // the launcher: slices · sliceGroups == groups
-    const int myTiles = tileBlock < tiles ? (tiles - 1 - tileBlock) / tileBlocks + 1 : 0;
-    const int myGroups = sliceGroups > warp ? (sliceGroups - warp + kMmaWarps - 1) / kMmaWarps : 0;
+    const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+    const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
     // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
     const int myItems = (myGroups + GPI - 1) / GPI;
     const int items = myTiles * myItems;
@@ -813,7 +788,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
     int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
-    if (items > 0) loadRows = tileRows(args, tileBlock, g, q, groups);
+    if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
     static_assert(!TILED || GPI == 1, "the tiled layout: one group per item");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
@@ -824,7 +799,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         for (int s = 0; s < GPI; ++s) {
             const int local = loadItem * GPI + s;
             if (GPI > 1 && local >= myGroups) break;  // a partial last item: its slot is not read
-            const int G = groupBegin + warp + local * kMmaWarps;
+            const int G = warp + local * kMmaWarps;
             const std::ptrdiff_t codeDelta = GEGLU ? args.segment[0].upCodes - args.segment[0].codes : 0;
             const std::ptrdiff_t scaleDelta = GEGLU ? args.segment[0].upScales - args.segment[0].scales : 0;
             if constexpr (TILED) {
@@ -849,7 +824,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         if (++loadItem == myItems) {
             loadItem = 0;
             if (++loadTile < myTiles)
-                loadRows = tileRows(args, tileBlock + loadTile * tileBlocks, g, q, groups);
+                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, q, groups);
         }
     };
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
@@ -874,8 +849,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups);
         if (!args.norm.residualIn)
-            stageXInteger(args.x, in, groups, groupBegin, groupBegin + sliceGroups, intPlanes, intFactors,
-                          [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
+            stageXInteger(args.x, in, groups, intPlanes, intFactors, [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
@@ -904,7 +878,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         if (mine == 0) GEMMA_PHASE_MARK(4);  // the first tile: its items (the first weights' arrival) and barrier
         else GEMMA_PHASE_MARK(5);            // every later tile: its items and barrier
         if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
-            storeTileRow<GEGLU>(args, tileBlock + mine * tileBlocks, lane, partial[buffer], postscale, slice * args.sliceStride);
+            storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
     };
 
     for (int k0 = 0; k0 < items; k0 += D) {
@@ -915,7 +889,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             for (int s = 0; s < GPI; ++s) {
                 const int local = computeItem * GPI + s;
                 if (GPI > 1 && local >= myGroups) break;
-                const int G = groupBegin + warp + local * kMmaWarps;
+                const int G = warp + local * kMmaWarps;
                 if constexpr (INTEGER) {
                     const IntegerX xg = loadIntegerX(intLane.b, G);
                     groupDotInteger(slot[u][s], xg, intLane.fold, intAcc);
@@ -1036,13 +1010,11 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-// SLICED: the grid covers every slice's tiles (tiles × slices units of work), a whole number of
-// blocks per slice.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool SLICED = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED, SLICED>;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -1052,9 +1024,8 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     int perSm = 2;
     while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
     const int resident = perSm * facts.smCount;
-    const int slices = SLICED ? args.slices : 1;
-    const int rounds = (tiles * slices + resident - 1) / resident;
-    const int blocks = (tiles + rounds - 1) / rounds * slices;
+    const int rounds = (tiles + resident - 1) / resident;
+    const int blocks = (tiles + rounds - 1) / rounds;
     return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
 }
 
@@ -1076,9 +1047,6 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.norm = p.inputNorm;
     args.geluGate = p.geluGate;
     args.segments = 1 + p.extraCount;
-    args.slices = p.inputSlices;
-    args.sliceGroups = static_cast<int>(formats::fp4GroupsPerRow(p.in) / p.inputSlices);
-    args.sliceStride = p.sliceStride;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
         MmaSegment& seg = args.segment[s];
@@ -1102,9 +1070,7 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    if (p.inputSlices > 1) {  // launchImpl checked: integer x, tiled, one weight, no input norm
-        err = launchMmaTyped<false, XForm::Integer, 4, 1, true, true>(args, tiles, smem, facts, pdl, stream);
-    } else if (p.tiled && form == XForm::Integer) {
+    if (p.tiled && form == XForm::Integer) {
         if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
         else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
@@ -1139,18 +1105,6 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
             return KernelStatus::InvalidArgument;
     }
     if (GEGLU && (!p.upCodes || !p.upScales)) return KernelStatus::InvalidArgument;
-    if (nm.branchParts < 1 || nm.branchParts > Fp4MatvecParams::kMaxInputSlices ||
-        (nm.branchParts > 1 && (!nm.branch || nm.branchPartStride < p.in || nm.branchPartStride % 4 != 0)))
-        return KernelStatus::InvalidArgument;
-    if (p.inputSlices < 1 || p.inputSlices > Fp4MatvecParams::kMaxInputSlices) return KernelStatus::InvalidArgument;
-    if (p.inputSlices > 1) {
-        // Input slices: the one-weight integer tensor-core launch on tiled weights, whole groups of
-        // 8 per slice (every warp as many), non-overlapping partial outputs.
-        const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
-        if (GEGLU || p.rows != 1 || p.forceCudaCores || p.fp16X || p.singleHalfX || !p.tiled || normed || p.geluGate ||
-            p.extraCount != 0 || groups % (8 * p.inputSlices) != 0 || p.sliceStride < p.out)
-            return KernelStatus::InvalidArgument;
-    }
     // The gelu gate lives in the tensor-core kernel's store of one weight's rows.
     if (p.geluGate && (GEGLU || p.extraCount != 0 || p.rows != 1 || p.forceCudaCores)) return KernelStatus::InvalidArgument;
     if (p.out < 1 || p.in < 1 || p.rows < 1) return KernelStatus::InvalidArgument;
@@ -1179,7 +1133,7 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
     if (p.rows == 1 && !p.forceCudaCores) {
         const KernelStatus status = launchMma<GEGLU>(p, facts, stream);
-        if (status != KernelStatus::Unsupported || normed || p.geluGate || p.inputSlices > 1) return status;
+        if (status != KernelStatus::Unsupported || normed || p.geluGate) return status;
         // x does not fit in shared memory: the CUDA-core kernel reads it from global memory.
     }
     // The CUDA-core kernel, one launch per segment.

@@ -87,24 +87,9 @@ struct Fp4MatvecParams {
         // false: x = r itself, without the output norm (outWeight ignored): the per-layer-input
         // block's gate reads the updated residual stream, not a normed copy (GEMMA4.md §2.4).
         bool normalizeOutput = true;
-        // The branch as the sum of branchParts vectors (1 to kMaxInputSlices) at branch + k ·
-        // branchPartStride, added in part order: a sliced matvec's partial outputs (inputSlices).
-        int branchParts = 1;
-        std::int64_t branchPartStride = 0;
     };
     InputNorm inputNorm;
     static constexpr std::int64_t kInputNormMaxIn = 4096;
-    // x's groups in `inputSlices` contiguous slices (1: off), for batch 1 on the integer
-    // tensor-core path with tiled weights, one weight, no extras, input norm or gelu gate (refused
-    // elsewhere); groups (in / 128, rounded up) must be a multiple of 8 · inputSlices, so that
-    // every warp of a block has as many groups as the others. Each block takes one slice of
-    // its tiles and stages only that slice of x (every block otherwise reads and converts the whole
-    // of x); slice s's partial products go to y + s · sliceStride (>= out; the slices' regions must
-    // not overlap), and y is their sum in slice order, which the consumer forms (the engine: the
-    // next input norm's InputNorm::branchParts). An experiment (docs/PERFORMANCE.md version 25).
-    static constexpr int kMaxInputSlices = 4;
-    int inputSlices = 1;
-    std::int64_t sliceStride = 0;
     // Optional epilogue (batch 1 on the tensor-core path, the default; one weight, no extras, not
     // with GeGLU; refused elsewhere): y[o] = gelu_tanh((W·x)[o]) · geluGate[o], the per-layer-input
     // gate (GEMMA4.md §2.4: gelu(per_layer_input_gate(h)) ⊙ per-layer input) in the matvec's own

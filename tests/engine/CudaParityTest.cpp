@@ -407,63 +407,6 @@ TEST(CudaTimeline, TimedStepsUseTheKernelTimelineAndChangeNothing) {
     }
 }
 
-// OpenOptions::matvecInputSlices at real widths (the goldens' o and down read 1 group, below the
-// 16 a slice needs): random packages of the 12b's geometry (6 layers: 5 sliding, 1 full; its o
-// reads 32 and 64 groups, down 120) and the e2b's (4 layers, the last sharing its KV; the
-// per-layer-input gate folds down's parts), a 4096-entry vocabulary. The slices add the same
-// products in another order, so the logits must follow the default run's closely (1e-4 of
-// max|logit| per step while the greedy tokens agree, at least 8 steps), the device chain must
-// pick the per-step path's ids (alone and between timed steps), and the backend line says so.
-TEST(CudaInputSlices, SlicedMatvecsFollowTheDefault) {
-    for (const std::string preset : {"12b", "e2b"}) {
-        auto config = gemma::ModelConfig::preset(preset);
-        ASSERT_TRUE(config) << config.status().message();
-        config->numLayers = preset == "12b" ? 6 : 4;
-        config->layerTypes.resize(static_cast<std::size_t>(config->numLayers));
-        config->numKvSharedLayers = std::min(config->numKvSharedLayers, 1);
-        config->vocabSize = 4096;
-        if (config->hasPerLayerInputs()) config->vocabSizePerLayerInput = 4096;
-        ASSERT_TRUE(config->finalize()) << preset;
-        gemma::test::ScratchDir scratch("slices-" + preset);
-        ASSERT_TRUE(gemma::writeRandomPackage(*config, scratch / "model.gemma", 77)) << preset;
-        const std::vector<std::int32_t> prompt = {2, 105, 2364, 107, 900, 1200, 33, 4000};
-        constexpr int kCount = 24;
-        const auto sliced = [](gemma::OpenOptions& o) { o.matvecInputSlices = 4; };
-        const Generation base = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, kCount, gemma::KvCacheType::F32);
-        const Generation run =
-            generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, kCount, gemma::KvCacheType::F32, 16, true, true, sliced);
-        ASSERT_EQ(run.logits.size(), base.logits.size()) << preset;
-        const std::size_t vocab = static_cast<std::size_t>(config->vocabSize);
-        const std::size_t rows = base.logits.size() / vocab;
-        std::size_t compared = 0;
-        double worst = 0.0;
-        for (std::size_t r = 0; r < rows; ++r) {
-            // Row r is the logits after token r of the generation: comparable while the ids agree.
-            if (r > 0 && (r - 1 >= run.tokens.size() || run.tokens[r - 1] != base.tokens[r - 1])) break;
-            double maxBase = 0.0, maxDelta = 0.0;
-            for (std::size_t v = 0; v < vocab; ++v) {
-                const double b = base.logits[r * vocab + v], g = run.logits[r * vocab + v];
-                ASSERT_TRUE(std::isfinite(g)) << preset << " row " << r;
-                maxBase = std::max(maxBase, std::fabs(b));
-                maxDelta = std::max(maxDelta, std::fabs(g - b));
-            }
-            worst = std::max(worst, maxDelta / maxBase);
-            ++compared;
-        }
-        std::printf("[ gpu    ] %-24s input slices: %zu steps compared, max|Δ| / max|logit| = %.3g\n", preset.c_str(), compared, worst);
-        EXPECT_GE(compared, 8u) << preset << ": the greedy ids parted early";
-        EXPECT_LE(worst, 1e-4) << preset;
-        for (int every : {0, 5})
-            EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, kCount, every, sliced), run.tokens)
-                << preset << " input slices, device chain, instrumentEvery " << every;
-        gemma::OpenOptions options{gemma::Device::Cuda, 512, gemma::KvCacheType::F32};
-        sliced(options);
-        auto engine = gemma::Engine::open(scratch / "model.gemma", options);
-        ASSERT_TRUE(engine) << engine.status().message();
-        EXPECT_NE((*engine)->info().backend.find("matvec input slices up to 4"), std::string::npos) << (*engine)->info().backend;
-    }
-}
-
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaParity, ::testing::ValuesIn(goldenModels()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -223,13 +223,6 @@ struct OpenOptions {
     // 12b at 32K decodes 2.1 % faster at positions 100-227, within 0.3 % of 4K, docs/
     // PERFORMANCE.md version 21 step 1); 0: never; N: up to N keys.
     int fullAttentionBandKeys = -1;
-    // CUDA, decode: the o and down projections (whose output the next matvec's folded input norm
-    // reads) split x's groups into up to N slices (the most that keep 8 groups per slice per
-    // block), each block staging only its slice of x and storing partial outputs that the folded
-    // norm adds in slice order (kernels Fp4MatvecParams::inputSlices). 1: off (the default); at
-    // most 4. An experiment (docs/PERFORMANCE.md version 25): the logits differ from the default's
-    // in the last bits (the partial sums are added in another order).
-    int matvecInputSlices = 1;
     // CUDA: where a decode step's attention runs on the tensor-core pieces (the full layers',
     // OpenOptions::tensorCoreAttention), the q/k/v norm + RoPE and the KV-cache write run inside
     // the pieces' launch (AttentionDecodeParams::fuseNormRope with tensorCores: every piece
