@@ -64,6 +64,9 @@ done
 # The cost of one programmatic kernel boundary and of the x hand-off (tests/kernels/measure_hop.cu,
 # docs/PERFORMANCE.md version 12), for the timing section below.
 timeout 60 "$BUILD/measure_hop" > "$OUT/hop.txt" 2>&1
+# Whether one persistent kernel keeps a step's weight stream going across its op boundaries
+# (tests/kernels/measure_weight_stream.cu, docs/PERFORMANCE.md version 25 step 4), sm_90+.
+timeout 120 "$BUILD/measure_weight_stream" > "$OUT/weight_stream.txt" 2>&1
 echo "harnesses done at $(( $(date +%s) - start )) s"
 
 echo "== compute-sanitizer (GEMMA_HARNESS_QUICK=1, in parallel)"
