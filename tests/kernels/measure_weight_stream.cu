@@ -23,8 +23,12 @@
 //                      (16 table lookups per lane and 8 int8 mma per item; x a constant)
 // Against the read ceiling measured in the same run (StreamRead.h over the same bytes). A data
 // check first: in the plain stream, the sum of every word the consumers read must equal the
-// buffer's sum (each chunk delivered once, whole).
+// buffer's sum (each chunk delivered once, whole). Each form runs with 8 or 16 consumer warps, 96
+// or 192 KB of ring, and two barriers (a counter the last block resets plus a generation word, or
+// one monotonic counter). Last, four forms traced: block 0's time from one op's end to the next's,
+// by op kind, against the op's bytes at the ceiling (where the boundaries' time goes).
 //   measure_weight_stream     # prints one line per form; exit 77 without a CUDA device
+// Its numbers are clean only with the GPU otherwise idle (scripts/gpu_weight_stream.sh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,7 +60,9 @@ __host__ __device__ constexpr std::int64_t opBytes(int op) {
 // kCounter: the barrier is one monotonic counter (each block adds 1 with release semantics and
 // polls it with acquire loads until every block of this boundary has) instead of a counter the
 // last block resets plus a generation word.
-enum Flags : unsigned { kBoundaries = 1, kStopAtBoundary = 2, kReadX = 4, kDecode = 8, kNoData = 16, kCounter = 32 };
+// kTrace: block 0 records the global time at the start and as each op ends for it (its consumers
+// past the op's barrier; the last op: its own last chunk), so the host can split the step by op.
+enum Flags : unsigned { kBoundaries = 1, kStopAtBoundary = 2, kReadX = 4, kDecode = 8, kNoData = 16, kCounter = 32, kTrace = 64 };
 
 struct StreamArgs {
     const std::uint8_t* weights;
@@ -67,6 +73,7 @@ struct StreamArgs {
     static constexpr int kMaxStages = 24;
     int stages;                      // ring depth in chunks, 1 .. kMaxStages
     unsigned sleepNs;                // the barrier's polling pause (0: spin)
+    unsigned long long* trace;       // kTrace: [ops + 1] global times in ns (block 0)
 };
 
 // The device helpers exist where the kernel's body does (sm_90+; the host pass declares them).
@@ -98,6 +105,11 @@ __device__ __forceinline__ void copyChunk(void* dst, const void* src, unsigned b
                  : "memory");
 }
 __device__ __forceinline__ unsigned loadVolatile(const unsigned* p) { return *reinterpret_cast<const volatile unsigned*>(p); }
+__device__ __forceinline__ unsigned long long globalTime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 __device__ __forceinline__ void imma(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -195,9 +207,12 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
     unsigned long long sum = 0;
     int pos[4] = {0, 0, 0, 0}, neg[4] = {0, 0, 0, 0};
     unsigned use = 0;
+    const bool tracer = (flags & kTrace) && blockIdx.x == 0 && threadIdx.x == 32;
+    if (tracer) args.trace[0] = globalTime();
     for (int k = 0; k < ops; ++k) {
         const std::int64_t bytes = opBytes(k % kOpsPerLayer);
         if ((flags & kBoundaries) && k > 0) consumerBarrier<CW>(args.barrier, static_cast<unsigned>(k - 1), args.sleepNs, flags & kCounter);
+        if (tracer && k > 0) args.trace[k] = globalTime();
         if (flags & kReadX) {  // the op's input, every block all of it (a matvec's x staging)
             const int n4 = opInput(k % kOpsPerLayer) / 4;
             float acc = 0.0f;
@@ -222,6 +237,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
             if (lane == 0) arrive(&empty[s]);
         }
     }
+    if (tracer) args.trace[ops] = globalTime();
     sum += static_cast<unsigned long long>(static_cast<unsigned>(pos[0] + pos[1] + pos[2] + pos[3] - neg[0] - neg[1] - neg[2] - neg[3]) & 1u);
     atomicAdd(args.checksum, sum);
 #endif
@@ -271,11 +287,13 @@ int main() {
     float* x = nullptr;
     unsigned* barrier = nullptr;
     unsigned long long* sums = nullptr;
+    unsigned long long* trace = nullptr;
     std::uint32_t* sink = nullptr;
     CHECK(cudaMalloc(&weights, static_cast<std::size_t>(stepBytes)));
     CHECK(cudaMalloc(&x, 15360 * sizeof(float)));
     CHECK(cudaMalloc(&barrier, 2 * sizeof(unsigned)));
     CHECK(cudaMalloc(&sums, 2 * sizeof(unsigned long long)));
+    CHECK(cudaMalloc(&trace, (kLayers * kOpsPerLayer + 1) * sizeof(unsigned long long)));
     CHECK(cudaMalloc(&sink, 4096 * sizeof(std::uint32_t)));
     CHECK(cudaMemset(x, 0, 15360 * sizeof(float)));
     fillKernel<<<prop.multiProcessorCount * 8, 256>>>(reinterpret_cast<std::uint32_t*>(weights), stepBytes / 4);
@@ -300,7 +318,7 @@ int main() {
         if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)); e != cudaSuccess)
             return e;
         cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned));
-        StreamArgs args{weights, x, barrier, sums, flags, c.stages, c.sleepNs};
+        StreamArgs args{weights, x, barrier, sums, flags, c.stages, c.sleepNs, trace};
         void* params[] = {&args};
         return cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(32 * (c.consumerWarps + 1)), params, smem, nullptr);
     };
@@ -377,6 +395,33 @@ int main() {
             const double gbs = static_cast<double>(stepBytes) / (ms * 1e-3) * 1e-9;
             std::printf("%-34s %7.3f ms per step %7.0f GB/s %6.1f %% of the ceiling\n", f.name, ms, gbs, 100.0 * gbs / ceiling);
         }
+    }
+    // Where the boundaries' time goes, by op (16 consumer warps, 96 KB ring, the counter barrier):
+    // one traced launch per form; per op kind the mean time from one op's end to the next's as
+    // block 0 saw it, against the op's bytes at the ceiling. The stream without boundaries, traced
+    // the same way, shows what block 0's view of an op costs without them.
+    const unsigned traced[] = {kCounter, kBoundaries | kCounter, kBoundaries | kCounter | kReadX | kDecode, kBoundaries | kStopAtBoundary | kReadX | kDecode};
+    const char* tracedNames[] = {"stream (no boundaries)", "boundaries (counter), ahead", "boundaries + x + decode (counter), ahead",
+                                 "boundaries + x + decode, stops"};
+    const char* opNames[kOpsPerLayer] = {"q/k/v", "o", "gate/up", "down"};
+    constexpr int kOps = kLayers * kOpsPerLayer;
+    std::printf("-- per op, 16 consumer warps, ring 6 × 16 KB: mean µs from one op's end to the next's (block 0), "
+                "and that minus the op's bytes at the ceiling\n");
+    for (int t = 0; t < 4; ++t) {
+        launch({16, 6, 20}, traced[t] | kTrace);  // warm-up
+        CHECK(launch({16, 6, 20}, traced[t] | kTrace));
+        CHECK(cudaDeviceSynchronize());
+        std::vector<unsigned long long> times(kOps + 1);
+        CHECK(cudaMemcpy(times.data(), trace, times.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        std::printf("%-42s", tracedNames[t]);
+        for (int op = 0; op < kOpsPerLayer; ++op) {
+            double sum = 0;
+            for (int k = op; k < kOps; k += kOpsPerLayer) sum += static_cast<double>(times[k + 1] - times[k]) * 1e-3;
+            const double mean = sum / kLayers;
+            const double ideal = static_cast<double>(opBytes(op)) / (ceiling * 1e3);  // µs at the ceiling
+            std::printf(" | %s %6.2f (+%5.2f)", opNames[op], mean, mean - ideal);
+        }
+        std::printf("\n");
     }
     CHECK(cudaDeviceSynchronize());
     return delivered ? 0 : 1;
