@@ -25,8 +25,9 @@
 // check first: in the plain stream, the sum of every word the consumers read must equal the
 // buffer's sum (each chunk delivered once, whole). Each form runs with 8 or 16 consumer warps, 96
 // or 192 KB of ring, and two barriers (a counter the last block resets plus a generation word, or
-// one monotonic counter). Last, four forms traced: block 0's time from one op's end to the next's,
-// by op kind, against the op's bytes at the ceiling (where the boundaries' time goes).
+// one monotonic counter), and with an op's chunks round-robin or handed out by an atomic counter.
+// Last, five forms traced: block 0's time from one op's end to the next's, by op kind, against the
+// op's bytes at the ceiling (where the boundaries' time goes).
 //   measure_weight_stream     # prints one line per form; exit 77 without a CUDA device
 // Its numbers are clean only with the GPU otherwise idle (scripts/gpu_weight_stream.sh).
 #include <cuda_runtime.h>
@@ -34,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <vector>
 
 #include "../../kernels/cuda/StreamRead.cu"  // standalone project: no kernel library
@@ -62,7 +64,19 @@ __host__ __device__ constexpr std::int64_t opBytes(int op) {
 // last block resets plus a generation word.
 // kTrace: block 0 records the global time at the start and as each op ends for it (its consumers
 // past the op's barrier; the last op: its own last chunk), so the host can split the step by op.
-enum Flags : unsigned { kBoundaries = 1, kStopAtBoundary = 2, kReadX = 4, kDecode = 8, kNoData = 16, kCounter = 32, kTrace = 64 };
+// kDynamic: an op's chunks are handed out by an atomic counter per op (each block's producer takes
+// the next one until none is left, then sends its consumers an end mark through the ring) instead
+// of round-robin, so that the blocks finish each op together whatever their rates.
+enum Flags : unsigned {
+    kBoundaries = 1,
+    kStopAtBoundary = 2,
+    kReadX = 4,
+    kDecode = 8,
+    kNoData = 16,
+    kCounter = 32,
+    kTrace = 64,
+    kDynamic = 128
+};
 
 struct StreamArgs {
     const std::uint8_t* weights;
@@ -74,6 +88,7 @@ struct StreamArgs {
     int stages;                      // ring depth in chunks, 1 .. kMaxStages
     unsigned sleepNs;                // the barrier's polling pause (0: spin)
     unsigned long long* trace;       // kTrace: [ops + 1] global times in ns (block 0)
+    unsigned* opChunks;              // kDynamic: [ops] chunks handed out (zeroed before each launch)
 };
 
 // The device helpers exist where the kernel's body does (sm_90+; the host pass declares them).
@@ -171,6 +186,8 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
     constexpr int kChunkBytes = chunkBytes<CW>();
     extern __shared__ __align__(128) std::uint8_t ring[];
     __shared__ __align__(8) std::uint64_t full[StreamArgs::kMaxStages], empty[StreamArgs::kMaxStages];
+    __shared__ unsigned stageChunk[StreamArgs::kMaxStages];  // kDynamic: the chunk a stage holds, or kEndOfOp
+    constexpr unsigned kEndOfOp = 0xFFFFFFFFu;
     const unsigned kStages = static_cast<unsigned>(args.stages);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
@@ -192,10 +209,32 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
                 if ((flags & kStopAtBoundary) && k > 0)
                     while (!boundaryPassed(args.barrier, static_cast<unsigned>(k - 1), flags & kCounter)) __nanosleep(20);
                 if (flags & kNoData) continue;
-                for (std::int64_t c = blockIdx.x; c * kChunkBytes < bytes; c += gridDim.x, ++use) {
-                    const int s = static_cast<int>(use % kStages);
-                    if (use >= kStages) waitParity(&empty[s], (use / kStages - 1) & 1);
-                    copyChunk(ring + s * kChunkBytes, args.weights + offset + c * kChunkBytes, kChunkBytes, &full[s]);
+                if (flags & kDynamic) {
+                    // The next chunk's number is asked for before this one's stage is waited for,
+                    // so the atomic's round trip overlaps the wait.
+                    const unsigned chunks = static_cast<unsigned>(bytes / kChunkBytes);
+                    unsigned c = atomicAdd(args.opChunks + k, 1u);
+                    for (;; ++use) {
+                        const unsigned next = c < chunks ? atomicAdd(args.opChunks + k, 1u) : chunks;
+                        const int s = static_cast<int>(use % kStages);
+                        if (use >= kStages) waitParity(&empty[s], (use / kStages - 1) & 1);
+                        if (c >= chunks) {  // the end mark: a stage with no bytes
+                            stageChunk[s] = kEndOfOp;
+                            arrive(&full[s]);
+                            ++use;
+                            break;
+                        }
+                        stageChunk[s] = c;
+                        copyChunk(ring + s * kChunkBytes, args.weights + offset + static_cast<std::int64_t>(c) * kChunkBytes, kChunkBytes,
+                                  &full[s]);
+                        c = next;
+                    }
+                } else {
+                    for (std::int64_t c = blockIdx.x; c * kChunkBytes < bytes; c += gridDim.x, ++use) {
+                        const int s = static_cast<int>(use % kStages);
+                        if (use >= kStages) waitParity(&empty[s], (use / kStages - 1) & 1);
+                        copyChunk(ring + s * kChunkBytes, args.weights + offset + c * kChunkBytes, kChunkBytes, &full[s]);
+                    }
                 }
                 offset += bytes;
             }
@@ -223,18 +262,31 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
             sum += static_cast<unsigned long long>(__float_as_uint(acc) & 1u);
         }
         if (flags & kNoData) continue;
-        for (std::int64_t c = blockIdx.x; c * kChunkBytes < bytes; c += gridDim.x, ++use) {
+        // One stage: wait for it, read (or decode) this warp's item unless it is the end mark,
+        // release it. Returns whether it held a chunk.
+        auto consume = [&]() {
             const int s = static_cast<int>(use % kStages);
             waitParity(&full[s], (use / kStages) & 1);
-            const uint4* item = reinterpret_cast<const uint4*>(ring + s * kChunkBytes + cw * 1024) + lane * 2;
-            const uint4 a = item[0], b = item[1];
-            if (flags & kDecode) {
-                decodeItem(a, b, pos, neg);
-            } else {
-                sum += static_cast<unsigned long long>(a.x) + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+            ++use;
+            const bool data = !(flags & kDynamic) || stageChunk[s] != kEndOfOp;
+            if (data) {
+                const uint4* item = reinterpret_cast<const uint4*>(ring + s * kChunkBytes + cw * 1024) + lane * 2;
+                const uint4 a = item[0], b = item[1];
+                if (flags & kDecode) {
+                    decodeItem(a, b, pos, neg);
+                } else {
+                    sum += static_cast<unsigned long long>(a.x) + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+                }
             }
             __syncwarp();
             if (lane == 0) arrive(&empty[s]);
+            return data;
+        };
+        if (flags & kDynamic) {
+            while (consume()) {
+            }
+        } else {
+            for (std::int64_t c = blockIdx.x; c * kChunkBytes < bytes; c += gridDim.x) consume();
         }
     }
     if (tracer) args.trace[ops] = globalTime();
@@ -294,6 +346,8 @@ int main() {
     CHECK(cudaMalloc(&barrier, 2 * sizeof(unsigned)));
     CHECK(cudaMalloc(&sums, 2 * sizeof(unsigned long long)));
     CHECK(cudaMalloc(&trace, (kLayers * kOpsPerLayer + 1) * sizeof(unsigned long long)));
+    unsigned* opChunks = nullptr;
+    CHECK(cudaMalloc(&opChunks, kLayers * kOpsPerLayer * sizeof(unsigned)));
     CHECK(cudaMalloc(&sink, 4096 * sizeof(std::uint32_t)));
     CHECK(cudaMemset(x, 0, 15360 * sizeof(float)));
     fillKernel<<<prop.multiProcessorCount * 8, 256>>>(reinterpret_cast<std::uint32_t*>(weights), stepBytes / 4);
@@ -318,7 +372,8 @@ int main() {
         if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)); e != cudaSuccess)
             return e;
         cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned));
-        StreamArgs args{weights, x, barrier, sums, flags, c.stages, c.sleepNs, trace};
+        cudaMemsetAsync(opChunks, 0, kLayers * kOpsPerLayer * sizeof(unsigned));
+        StreamArgs args{weights, x, barrier, sums, flags, c.stages, c.sleepNs, trace, opChunks};
         void* params[] = {&args};
         return cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(32 * (c.consumerWarps + 1)), params, smem, nullptr);
     };
@@ -339,15 +394,18 @@ int main() {
         return t[t.size() / 2];
     };
 
-    // The data check: the plain stream's consumers must read every word once (both kernels).
+    // The data check: the plain stream's consumers must read every word once (both kernels, the
+    // chunks round-robin and handed out dynamically).
     bool delivered = true;
-    for (int cw : {8, 16}) {
-        CHECK(cudaMemset(sums, 0, sizeof(unsigned long long)));
-        CHECK(launch({cw, 12, 20}, 0));
-        CHECK(cudaDeviceSynchronize());
-        unsigned long long host[2] = {0, 0};
-        CHECK(cudaMemcpy(host, sums, sizeof host, cudaMemcpyDeviceToHost));
-        delivered &= host[0] == host[1];
+    for (const unsigned dataFlags : {0u, static_cast<unsigned>(kDynamic)}) {
+        for (int cw : {8, 16}) {
+            CHECK(cudaMemset(sums, 0, sizeof(unsigned long long)));
+            CHECK(launch({cw, 12, 20}, dataFlags));
+            CHECK(cudaDeviceSynchronize());
+            unsigned long long host[2] = {0, 0};
+            CHECK(cudaMemcpy(host, sums, sizeof host, cudaMemcpyDeviceToHost));
+            delivered &= host[0] == host[1];
+        }
     }
 
     gemma::cuda::StreamReadParams read;
@@ -358,7 +416,8 @@ int main() {
     const double ceiling = static_cast<double>(stepBytes) / (ceilingMs * 1e-3) * 1e-9;
     std::printf("measure_weight_stream on %s (%d SMs): a 12b step's FP4 codes, %.2f GB in %d ops\n", prop.name, blocks,
                 static_cast<double>(stepBytes) * 1e-9, kLayers * kOpsPerLayer);
-    std::printf("data check (every chunk read once, whole; 8 and 16 consumer warps): %s\n", delivered ? "ok" : "FAILED");
+    std::printf("data check (every chunk read once, whole; 8 and 16 consumer warps; round-robin and dynamic chunks): %s\n",
+                delivered ? "ok" : "FAILED");
     std::printf("read ceiling (StreamRead over the same bytes): %.3f ms, %.0f GB/s\n", ceilingMs, ceiling);
     struct Form {
         const char* name;
@@ -377,6 +436,8 @@ int main() {
         {"barriers alone, one counter", kBoundaries | kNoData | kCounter},
         {"boundaries (counter), ahead", kBoundaries | kCounter},
         {"boundaries + x + decode (counter)", kBoundaries | kReadX | kDecode | kCounter},
+        {"boundaries (counter), dynamic chunks", kBoundaries | kCounter | kDynamic},
+        {"b. + x + decode (counter), dynamic", kBoundaries | kReadX | kDecode | kCounter | kDynamic},
     };
     const Config configs[] = {{8, 12, 20}, {16, 6, 20}, {16, 12, 20}, {16, 12, 0}};
     for (const Config& c : configs) {
@@ -396,18 +457,22 @@ int main() {
             std::printf("%-34s %7.3f ms per step %7.0f GB/s %6.1f %% of the ceiling\n", f.name, ms, gbs, 100.0 * gbs / ceiling);
         }
     }
-    // Where the boundaries' time goes, by op (16 consumer warps, 96 KB ring, the counter barrier):
-    // one traced launch per form; per op kind the mean time from one op's end to the next's as
+    // Where the boundaries' time goes, by op (16 consumer warps, 96 KB ring): one traced launch
+    // per form after a warm-up; per op kind the mean time from one op's end to the next's as
     // block 0 saw it, against the op's bytes at the ceiling. The stream without boundaries, traced
     // the same way, shows what block 0's view of an op costs without them.
-    const unsigned traced[] = {kCounter, kBoundaries | kCounter, kBoundaries | kCounter | kReadX | kDecode, kBoundaries | kStopAtBoundary | kReadX | kDecode};
+    const unsigned traced[] = {kCounter,
+                               kBoundaries | kCounter,
+                               kBoundaries | kCounter | kReadX | kDecode,
+                               kBoundaries | kCounter | kReadX | kDecode | kDynamic,
+                               kBoundaries | kStopAtBoundary | kReadX | kDecode};
     const char* tracedNames[] = {"stream (no boundaries)", "boundaries (counter), ahead", "boundaries + x + decode (counter), ahead",
-                                 "boundaries + x + decode, stops"};
+                                 "the same, dynamic chunks", "boundaries + x + decode, stops"};
     const char* opNames[kOpsPerLayer] = {"q/k/v", "o", "gate/up", "down"};
     constexpr int kOps = kLayers * kOpsPerLayer;
     std::printf("-- per op, 16 consumer warps, ring 6 × 16 KB: mean µs from one op's end to the next's (block 0), "
                 "and that minus the op's bytes at the ceiling\n");
-    for (int t = 0; t < 4; ++t) {
+    for (std::size_t t = 0; t < std::size(traced); ++t) {
         launch({16, 6, 20}, traced[t] | kTrace);  // warm-up
         CHECK(launch({16, 6, 20}, traced[t] | kTrace));
         CHECK(cudaDeviceSynchronize());
