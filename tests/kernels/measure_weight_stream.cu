@@ -29,7 +29,7 @@
 // Last, five forms traced: block 0's time from one op's end to the next's, by op kind, against the
 // op's bytes at the ceiling (where the boundaries' time goes).
 //   measure_weight_stream     # prints one line per form; exit 77 without a CUDA device
-// Its numbers are clean only with the GPU otherwise idle (scripts/gpu_weight_stream.sh).
+// Its numbers are clean only with the GPU otherwise idle (scripts/gpu_persistent_probes.sh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,11 +40,12 @@
 
 #include "../../kernels/cuda/StreamRead.cu"  // standalone project: no kernel library
 #include "CudaCommon.h"
+#include "PersistentProbe.h"
 #include "kernels/Fp4Decode.h"
 
 namespace {
 
-using gemma::cuda::sharedAddress;
+using namespace gemma::probe;
 
 // A chunk is one 1 KB item per consumer warp; the ring holds `stages` chunks (at most
 // StreamArgs::kMaxStages).
@@ -95,30 +96,6 @@ struct StreamArgs {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 __host__ __device__ constexpr int opInput(int op) { return op == 0 ? 3840 : op == 1 ? 4096 : op == 2 ? 3840 : 15360; }
 
-// ---- the ring's mbarriers (sm_90+) -----------------------------------------------------------------
-__device__ __forceinline__ void initBarrier(std::uint64_t* b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void waitParity(std::uint64_t* b, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(sharedAddress(b)),
-        "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void arrive(std::uint64_t* b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(b)) : "memory");
-}
-__device__ __forceinline__ void copyChunk(void* dst, const void* src, unsigned bytes, std::uint64_t* full) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(full)), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sharedAddress(dst)),
-                 "l"(src), "r"(bytes), "r"(sharedAddress(full))
-                 : "memory");
-}
 __device__ __forceinline__ unsigned loadVolatile(const unsigned* p) { return *reinterpret_cast<const volatile unsigned*>(p); }
 __device__ __forceinline__ unsigned long long globalTime() {
     unsigned long long t;
@@ -195,7 +172,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
             initBarrier(&full[s], 1);
             initBarrier(&empty[s], CW);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fenceBarrierInit();
     }
     __syncthreads();
     const unsigned flags = args.flags;
@@ -225,15 +202,17 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
                             break;
                         }
                         stageChunk[s] = c;
-                        copyChunk(ring + s * kChunkBytes, args.weights + offset + static_cast<std::int64_t>(c) * kChunkBytes, kChunkBytes,
-                                  &full[s]);
+                        expectBytes(&full[s], kChunkBytes);
+                        bulkCopy(ring + s * kChunkBytes, args.weights + offset + static_cast<std::int64_t>(c) * kChunkBytes, kChunkBytes,
+                                 &full[s]);
                         c = next;
                     }
                 } else {
                     for (std::int64_t c = blockIdx.x; c * kChunkBytes < bytes; c += gridDim.x, ++use) {
                         const int s = static_cast<int>(use % kStages);
                         if (use >= kStages) waitParity(&empty[s], (use / kStages - 1) & 1);
-                        copyChunk(ring + s * kChunkBytes, args.weights + offset + c * kChunkBytes, kChunkBytes, &full[s]);
+                        expectBytes(&full[s], kChunkBytes);
+                        bulkCopy(ring + s * kChunkBytes, args.weights + offset + c * kChunkBytes, kChunkBytes, &full[s]);
                     }
                 }
                 offset += bytes;
@@ -309,29 +288,11 @@ __global__ void sumKernel(const std::uint32_t* words, std::int64_t n, unsigned l
     atomicAdd(total, s);
 }
 
-#define CHECK(call)                                                                               \
-    do {                                                                                          \
-        const cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                                  \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));      \
-            return 1;                                                                             \
-        }                                                                                         \
-    } while (0)
-
 }  // namespace
 
 int main() {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("no CUDA device: measure_weight_stream skipped\n");
-        return 77;
-    }
     cudaDeviceProp prop{};
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major < 9) {
-        std::printf("%s is sm_%d%d: the bulk copies need sm_90+; skipped\n", prop.name, prop.major, prop.minor);
-        return 77;
-    }
+    if (const int skip = requireBulkCopyDevice(prop, "measure_weight_stream")) return skip;
     std::int64_t stepBytes = 0;
     for (int op = 0; op < kOpsPerLayer; ++op) stepBytes += opBytes(op);
     stepBytes *= kLayers;
@@ -341,23 +302,23 @@ int main() {
     unsigned long long* sums = nullptr;
     unsigned long long* trace = nullptr;
     std::uint32_t* sink = nullptr;
-    CHECK(cudaMalloc(&weights, static_cast<std::size_t>(stepBytes)));
-    CHECK(cudaMalloc(&x, 15360 * sizeof(float)));
-    CHECK(cudaMalloc(&barrier, 2 * sizeof(unsigned)));
-    CHECK(cudaMalloc(&sums, 2 * sizeof(unsigned long long)));
-    CHECK(cudaMalloc(&trace, (kLayers * kOpsPerLayer + 1) * sizeof(unsigned long long)));
+    PROBE_CHECK(cudaMalloc(&weights, static_cast<std::size_t>(stepBytes)));
+    PROBE_CHECK(cudaMalloc(&x, 15360 * sizeof(float)));
+    PROBE_CHECK(cudaMalloc(&barrier, 2 * sizeof(unsigned)));
+    PROBE_CHECK(cudaMalloc(&sums, 2 * sizeof(unsigned long long)));
+    PROBE_CHECK(cudaMalloc(&trace, (kLayers * kOpsPerLayer + 1) * sizeof(unsigned long long)));
     unsigned* opChunks = nullptr;
-    CHECK(cudaMalloc(&opChunks, kLayers * kOpsPerLayer * sizeof(unsigned)));
-    CHECK(cudaMalloc(&sink, 4096 * sizeof(std::uint32_t)));
-    CHECK(cudaMemset(x, 0, 15360 * sizeof(float)));
+    PROBE_CHECK(cudaMalloc(&opChunks, kLayers * kOpsPerLayer * sizeof(unsigned)));
+    PROBE_CHECK(cudaMalloc(&sink, 4096 * sizeof(std::uint32_t)));
+    PROBE_CHECK(cudaMemset(x, 0, 15360 * sizeof(float)));
     fillKernel<<<prop.multiProcessorCount * 8, 256>>>(reinterpret_cast<std::uint32_t*>(weights), stepBytes / 4);
-    CHECK(cudaMemset(sums, 0, 2 * sizeof(unsigned long long)));
+    PROBE_CHECK(cudaMemset(sums, 0, 2 * sizeof(unsigned long long)));
     sumKernel<<<prop.multiProcessorCount * 8, 256>>>(reinterpret_cast<const std::uint32_t*>(weights), stepBytes / 4, sums + 1);
-    CHECK(cudaDeviceSynchronize());
+    PROBE_CHECK(cudaDeviceSynchronize());
 
     cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
+    PROBE_CHECK(cudaEventCreate(&start));
+    PROBE_CHECK(cudaEventCreate(&stop));
     const int blocks = prop.multiProcessorCount;
     // One configuration of the kernel: CW consumer warps, `stages` chunks of ring, the barrier's pause.
     struct Config {
@@ -377,33 +338,18 @@ int main() {
         void* params[] = {&args};
         return cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(32 * (c.consumerWarps + 1)), params, smem, nullptr);
     };
-    // Median ms of `reps` timed launches after one warm-up.
-    auto timeMs = [&](auto&& one, int reps) -> double {
-        if (one() != cudaSuccess) return -1.0;
-        std::vector<double> t;
-        for (int r = 0; r < reps; ++r) {
-            cudaEventRecord(start);
-            if (one() != cudaSuccess) return -1.0;
-            cudaEventRecord(stop);
-            cudaEventSynchronize(stop);
-            float ms = 0;
-            cudaEventElapsedTime(&ms, start, stop);
-            t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        return t[t.size() / 2];
-    };
+    auto timeMs = [&](auto&& one, int reps) { return medianMs(one, reps, start, stop); };
 
     // The data check: the plain stream's consumers must read every word once (both kernels, the
     // chunks round-robin and handed out dynamically).
     bool delivered = true;
     for (const unsigned dataFlags : {0u, static_cast<unsigned>(kDynamic)}) {
         for (int cw : {8, 16}) {
-            CHECK(cudaMemset(sums, 0, sizeof(unsigned long long)));
-            CHECK(launch({cw, 12, 20}, dataFlags));
-            CHECK(cudaDeviceSynchronize());
+            PROBE_CHECK(cudaMemset(sums, 0, sizeof(unsigned long long)));
+            PROBE_CHECK(launch({cw, 12, 20}, dataFlags));
+            PROBE_CHECK(cudaDeviceSynchronize());
             unsigned long long host[2] = {0, 0};
-            CHECK(cudaMemcpy(host, sums, sizeof host, cudaMemcpyDeviceToHost));
+            PROBE_CHECK(cudaMemcpy(host, sums, sizeof host, cudaMemcpyDeviceToHost));
             delivered &= host[0] == host[1];
         }
     }
@@ -474,10 +420,10 @@ int main() {
                 "and that minus the op's bytes at the ceiling\n");
     for (std::size_t t = 0; t < std::size(traced); ++t) {
         launch({16, 6, 20}, traced[t] | kTrace);  // warm-up
-        CHECK(launch({16, 6, 20}, traced[t] | kTrace));
-        CHECK(cudaDeviceSynchronize());
+        PROBE_CHECK(launch({16, 6, 20}, traced[t] | kTrace));
+        PROBE_CHECK(cudaDeviceSynchronize());
         std::vector<unsigned long long> times(kOps + 1);
-        CHECK(cudaMemcpy(times.data(), trace, times.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        PROBE_CHECK(cudaMemcpy(times.data(), trace, times.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         std::printf("%-42s", tracedNames[t]);
         for (int op = 0; op < kOpsPerLayer; ++op) {
             double sum = 0;
@@ -488,6 +434,6 @@ int main() {
         }
         std::printf("\n");
     }
-    CHECK(cudaDeviceSynchronize());
+    PROBE_CHECK(cudaDeviceSynchronize());
     return delivered ? 0 : 1;
 }

@@ -1,0 +1,100 @@
+// Shared by the persistent-design probes (measure_weight_stream, measure_persistent_layer;
+// docs/PERFORMANCE.md version 25): a shared-memory ring filled by cp.async.bulk and paced by
+// mbarriers, the host's CUDA check and the sm_90+ device check. Device helpers exist where the
+// probes' kernels have bodies (sm_90+; the host pass declares them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "CudaCommon.h"
+
+namespace gemma::probe {
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// An mbarrier expecting `count` arrivals per phase.
+__device__ __forceinline__ void initBarrier(std::uint64_t* b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(cuda::sharedAddress(b)), "r"(count) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void waitParity(std::uint64_t* b, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(cuda::sharedAddress(b)),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void arrive(std::uint64_t* b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(cuda::sharedAddress(b)) : "memory");
+}
+// One arrival that also expects `bytes` of bulk copies to complete before the phase does.
+__device__ __forceinline__ void expectBytes(std::uint64_t* b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(cuda::sharedAddress(b)), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// completing on `full`.
+__device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned bytes, std::uint64_t* full) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(cuda::sharedAddress(dst)),
+                 "l"(src), "r"(bytes), "r"(cuda::sharedAddress(full))
+                 : "memory");
+}
+// The mbarriers' initialization visible to the copy engine.
+__device__ __forceinline__ void fenceBarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+#endif
+
+// 0 when device 0 can run the probes (sm_90+), else 77 (skipped) after saying why.
+inline int requireBulkCopyDevice(cudaDeviceProp& prop, const char* tool) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("no CUDA device: %s skipped\n", tool);
+        return 77;
+    }
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+        std::printf("cudaGetDeviceProperties failed: %s skipped\n", tool);
+        return 77;
+    }
+    if (prop.major < 9) {
+        std::printf("%s is sm_%d%d: the bulk copies need sm_90+; %s skipped\n", prop.name, prop.major, prop.minor, tool);
+        return 77;
+    }
+    return 0;
+}
+
+// The median ms of `reps` runs of `one` (a callable returning cudaError_t, timed by an event pair
+// each) after one warm-up run; -1 when a run fails.
+template <typename Run>
+double medianMs(Run&& one, int reps, cudaEvent_t start, cudaEvent_t stop) {
+    if (one() != cudaSuccess) return -1.0;
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+        cudaEventRecord(start);
+        if (one() != cudaSuccess) return -1.0;
+        cudaEventRecord(stop);
+        cudaEventSynchronize(stop);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, start, stop);
+        t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+}  // namespace gemma::probe
+
+// A CUDA runtime call in a probe's main(): on failure, says where and returns 1.
+#define PROBE_CHECK(call)                                                                         \
+    do {                                                                                          \
+        const cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) {                                                                  \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));      \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
