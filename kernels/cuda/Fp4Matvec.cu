@@ -467,11 +467,12 @@ __host__ __device__ constexpr std::int64_t constantsOffset(std::int64_t groups) 
 }
 // Shared memory of the integer x: the planes, one float per group (2^-E_G / 2), the constants.
 __host__ __device__ constexpr std::int64_t integerXBytes(std::int64_t groups) { return constantsOffset(groups) + kConstantBytes; }
-// Writes the constant columns' bytes (threads 0 .. kConstantBytes/4 - 1; before the staging barrier).
-__device__ __forceinline__ void writeConstantColumns(std::uint8_t* planes, int groups) {
-    if (threadIdx.x < kConstantBytes / 4) {
-        const int byte = static_cast<int>(threadIdx.x) * 4;
-        reinterpret_cast<std::uint32_t*>(planes + constantsOffset(groups))[threadIdx.x] = byte >= kOnesOffset ? 0x01010101u : 0u;
+// Writes the constant columns' bytes (the threads `thread` 0 .. kConstantBytes/4 - 1 of those
+// staging x; before the staging barrier).
+__device__ __forceinline__ void writeConstantColumns(std::uint8_t* planes, int groups, unsigned thread) {
+    if (thread < kConstantBytes / 4) {
+        const int byte = static_cast<int>(thread) * 4;
+        reinterpret_cast<std::uint32_t*>(planes + constantsOffset(groups))[thread] = byte >= kOnesOffset ? 0x01010101u : 0u;
     }
 }
 
@@ -571,20 +572,21 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
 
 __device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
-// x → the four byte planes and the group factors (see above), one pass: a thread converts a piece
+// x → the byte planes and the group factors (see above), one pass: a thread converts a piece
 // of 16 inputs; the 8 pieces of a group sit in 8 consecutive lanes, which agree on the group's
 // exponent by three shuffles. A group holding a NaN or an infinity gets a NaN factor (y is NaN,
 // as on the fp16 paths).
 constexpr int kIntStagePieces = 2;  // 16-input pieces per thread per pass, loads issued first
 
-// Converts the S pieces a thread holds in one pass (piece c = base + s·kMmaThreads + thread; v[s][f]
-// = its inputs 4f .. 4f+3, zero past `in`). Warp-uniform: every lane takes part in the shuffles.
+// Converts the S pieces a thread holds in one pass (piece c = base + s·threads + thread, where
+// `thread` numbers the `threads` threads staging x, consecutive lanes consecutive; v[s][f] = its
+// inputs 4f .. 4f+3, zero past `in`). Warp-uniform: every lane takes part in the shuffles.
 template <int S>
 __device__ __forceinline__ void convertXPieces(const float4 (&v)[S][4], int base, int pieces, std::int64_t stride,
-                                               std::uint8_t* planes, float* factors) {
+                                               std::uint8_t* planes, float* factors, int thread, int threads) {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-        const int c = base + s * kMmaThreads + static_cast<int>(threadIdx.x);
+        const int c = base + s * threads + thread;
         std::uint32_t maxBits = 0;
 #pragma unroll
         for (int f = 0; f < 4; ++f)
@@ -635,7 +637,7 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
         phaseclock::waitFor(v[kIntStagePieces - 1][3].w);
         mark(8);
 #endif
-        convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors);
+        convertXPieces<kIntStagePieces>(v, base, pieces, planeBytes(groups), planes, factors, static_cast<int>(threadIdx.x), kMmaThreads);
         mark(9);
     }
 }
@@ -687,7 +689,7 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
 #pragma unroll
         for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), weight4(nm.outWeight, f));
     }
-    convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors);
+    convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors, static_cast<int>(threadIdx.x), kMmaThreads);
 }
 
 // The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
@@ -847,7 +849,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     std::uint8_t* const intPlanes = reinterpret_cast<std::uint8_t*>(xsRaw);
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
-        writeConstantColumns(intPlanes, groups);
+        writeConstantColumns(intPlanes, groups, threadIdx.x);
         if (!args.norm.residualIn)
             stageXInteger(args.x, in, groups, intPlanes, intFactors, [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);

@@ -46,8 +46,16 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned by
                  "l"(src), "r"(bytes), "r"(cuda::sharedAddress(full))
                  : "memory");
 }
-// The mbarriers' initialization visible to the copy engine.
-__device__ __forceinline__ void fenceBarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// A ring of `stages` stages, by one thread before the block's barrier: stage s is filled when
+// full[s] (one arrival: the producer's, with its bytes) completes and free again when empty[s]
+// (`consumers` arrivals) does; the initialization made visible to the copy engine.
+__device__ __forceinline__ void initRing(std::uint64_t* full, std::uint64_t* empty, unsigned stages, unsigned consumers) {
+    for (unsigned s = 0; s < stages; ++s) {
+        initBarrier(&full[s], 1);
+        initBarrier(&empty[s], consumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 #endif
 
 // 0 when device 0 can run the probes (sm_90+), else 77 (skipped) after saying why.

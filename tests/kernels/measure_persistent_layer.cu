@@ -73,43 +73,20 @@ constexpr std::size_t smemBytes() { return static_cast<std::size_t>(kStages) * k
 __device__ __forceinline__ void consumersSync() { asm volatile("bar.sync 1, %0;\n" ::"n"(32 * kConsumerWarps) : "memory"); }
 
 // x (global, written by the previous op of this launch: read through L2) → the integer planes and
-// group factors of Fp4Matvec.cu's integer path, by the consumer threads (c = their index).
+// group factors of Fp4Matvec.cu's integer path, by the consumer threads (c = their index), with
+// that path's own conversion (convertXPieces) and constant columns.
 __device__ void stageX(const float* x, int in, std::uint8_t* planes, float* factors, int c) {
     const int groups = in / 128;  // every input width here is a whole number of groups
     const int pieces = groups * 8;
-    // The constant columns (ones, zeros) at this width's offset.
-    if (c < fd::kConstantBytes / 4)
-        reinterpret_cast<std::uint32_t*>(planes + fd::constantsOffset(groups))[c] = c * 4 >= fd::kOnesOffset ? 0x01010101u : 0u;
-    for (int base = 0; base < pieces; base += 32 * kConsumerWarps) {  // warp-uniform trip count
+    constexpr int kStagers = 32 * kConsumerWarps;
+    fd::writeConstantColumns(planes, groups, static_cast<unsigned>(c));
+    for (int base = 0; base < pieces; base += kStagers) {  // warp-uniform trip count
         const int piece = base + c;
-        float4 v[4];
+        float4 v[1][4];
 #pragma unroll
         for (int f = 0; f < 4; ++f)
-            v[f] = piece < pieces ? __ldcg(reinterpret_cast<const float4*>(x) + piece * 4 + f) : make_float4(0.f, 0.f, 0.f, 0.f);
-        std::uint32_t maxBits = 0;
-#pragma unroll
-        for (int f = 0; f < 4; ++f)
-            maxBits = max(max(max(maxBits, fd::absBits(v[f].x)), max(fd::absBits(v[f].y), fd::absBits(v[f].z))), fd::absBits(v[f].w));
-#pragma unroll
-        for (int m = 1; m < 8; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
-        if (piece >= pieces) continue;
-        namespace dec = gemma::formats::fp4decode;
-        const int e = dec::integerExponent(maxBits);
-        const float up = dec::powerOfTwo(e);
-        if ((piece & 7) == 0) factors[piece >> 3] = dec::integerFactor(maxBits, e);
-        std::uint32_t word[fd::kPlanes][4];
-#pragma unroll
-        for (int f = 0; f < 4; ++f) {
-            std::uint32_t plane[fd::kPlanes];
-            dec::integerPlanes(dec::integerBits(v[f].x, up), dec::integerBits(v[f].y, up), dec::integerBits(v[f].z, up),
-                               dec::integerBits(v[f].w, up), plane);
-#pragma unroll
-            for (int p = 0; p < fd::kPlanes; ++p) word[p][f] = plane[p];
-        }
-#pragma unroll
-        for (int p = 0; p < fd::kPlanes; ++p)
-            *reinterpret_cast<uint4*>(planes + p * fd::planeBytes(groups) + static_cast<std::int64_t>(piece) * 16) =
-                make_uint4(word[p][0], word[p][1], word[p][2], word[p][3]);
+            v[0][f] = piece < pieces ? __ldcg(reinterpret_cast<const float4*>(x) + piece * 4 + f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        fd::convertXPieces<1>(v, base, pieces, fd::planeBytes(groups), planes, factors, c, kStagers);
     }
 }
 #endif
@@ -122,13 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistentStepKernel(PersistentAr
     std::uint8_t* ring = smem;
     std::uint8_t* planes = smem + kStages * kStageBytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            initBarrier(&full[s], 1);
-            initBarrier(&empty[s], kConsumerWarps);
-        }
-        fenceBarrierInit();
-    }
+    if (threadIdx.x == 0) initRing(full, empty, kStages, kConsumerWarps);
     __syncthreads();
     if (warp == 0) {  // the producer: every op's items for this block's tiles, never waiting for a boundary
         if (lane == 0) {

@@ -167,13 +167,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) weightStreamKernel(StreamArg
     constexpr unsigned kEndOfOp = 0xFFFFFFFFu;
     const unsigned kStages = static_cast<unsigned>(args.stages);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (unsigned s = 0; s < kStages; ++s) {
-            initBarrier(&full[s], 1);
-            initBarrier(&empty[s], CW);
-        }
-        fenceBarrierInit();
-    }
+    if (threadIdx.x == 0) initRing(full, empty, kStages, CW);
     __syncthreads();
     const unsigned flags = args.flags;
     const int ops = kLayers * kOpsPerLayer;
