@@ -542,6 +542,19 @@ __device__ __forceinline__ IntegerX loadIntegerX(const IntegerB& b, int group) {
     return {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}, b.factor[group]};
 }
 
+// The end of one group of the integer path: the signed sums (positive − negative chains) times
+// the group's weight scales (two bf16, rows g and g+8) and x's factor, into acc (see groupDotInteger).
+__device__ __forceinline__ void accumulateGroup(const int (&pos)[4], const int (&neg)[4], std::uint32_t scales, float factor, int fold,
+                                                float (&acc)[4]) {
+    const int c0 = pos[0] - neg[0], c1 = pos[1] - neg[1], c2 = pos[2] - neg[2], c3 = pos[3] - neg[3];
+    const float scaleA = __uint_as_float(scales << 16) * factor;
+    const float scaleB = __uint_as_float(scales & 0xFFFF0000u) * factor;
+    acc[0] = fmaf(static_cast<float>(c0 - fold * c1), scaleA, acc[0]);
+    acc[1] = fmaf(static_cast<float>(c1), scaleA, acc[1]);
+    acc[2] = fmaf(static_cast<float>(c2 - fold * c3), scaleB, acc[2]);
+    acc[3] = fmaf(static_cast<float>(c3), scaleB, acc[3]);
+}
+
 // Σ over one group for rows g and g+8 (x from loadIntegerX).
 // acc[0], acc[2]: rows g, g+8 of the lane's first column (column 0 folded with the ones column
 // on q = 0 lanes); acc[1], acc[3]: its second column.
@@ -561,13 +574,7 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
         imma16832(pos, p, x.b[2 * j], x.b[2 * j + 1]);
         imma16832(neg, n, x.b[2 * j], x.b[2 * j + 1]);
     }
-    const int c0 = pos[0] - neg[0], c1 = pos[1] - neg[1], c2 = pos[2] - neg[2], c3 = pos[3] - neg[3];
-    const float scaleA = __uint_as_float(g.scales << 16) * x.factor;
-    const float scaleB = __uint_as_float(g.scales & 0xFFFF0000u) * x.factor;
-    acc[0] = fmaf(static_cast<float>(c0 - fold * c1), scaleA, acc[0]);
-    acc[1] = fmaf(static_cast<float>(c1), scaleA, acc[1]);
-    acc[2] = fmaf(static_cast<float>(c2 - fold * c3), scaleB, acc[2]);
-    acc[3] = fmaf(static_cast<float>(c3), scaleB, acc[3]);
+    accumulateGroup(pos, neg, g.scales, x.factor, fold, acc);
 }
 
 __device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }

@@ -46,6 +46,12 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned by
                  "l"(src), "r"(bytes), "r"(cuda::sharedAddress(full))
                  : "memory");
 }
+// The GPU's nanosecond clock (comparable across SMs).
+__device__ __forceinline__ unsigned long long globalTime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 // A ring of `stages` stages, by one thread before the block's barrier: stage s is filled when
 // full[s] (one arrival: the producer's, with its bytes) completes and free again when empty[s]
 // (`consumers` arrivals) does; the initialization made visible to the copy engine.

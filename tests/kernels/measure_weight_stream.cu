@@ -97,11 +97,6 @@ struct StreamArgs {
 __host__ __device__ constexpr int opInput(int op) { return op == 0 ? 3840 : op == 1 ? 4096 : op == 2 ? 3840 : 15360; }
 
 __device__ __forceinline__ unsigned loadVolatile(const unsigned* p) { return *reinterpret_cast<const volatile unsigned*>(p); }
-__device__ __forceinline__ unsigned long long globalTime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 __device__ __forceinline__ void imma(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
