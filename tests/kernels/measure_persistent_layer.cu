@@ -80,6 +80,21 @@ constexpr std::size_t smemBytes() { return static_cast<std::size_t>(kStages) * k
 template <int CW = kConsumerWarps>
 __device__ __forceinline__ void consumersSync() { asm volatile("bar.sync 1, %0;\n" ::"n"(32 * CW) : "memory"); }
 
+// Op k's start (k > 0): every block's consumers have written op k − 1's output. One monotonic
+// counter, zeroed before the launch: consumer thread c = 0 of each block adds its arrival and
+// waits for k · gridDim.x of them.
+template <int CW = kConsumerWarps>
+__device__ __forceinline__ void opBarrier(unsigned* counter, int k, int c) {
+    consumersSync<CW>();
+    if (c == 0) {
+        __threadfence();
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
+        while (gemma::cuda::loadAcquire(counter) < static_cast<unsigned>(k) * gridDim.x) {
+        }
+    }
+    consumersSync<CW>();
+}
+
 // x (global, written by the previous op of this launch: read through L2) → the integer planes and
 // group factors of Fp4Matvec.cu's integer path, by the consumer threads (c = their index), with
 // that path's own conversion (convertXPieces) and constant columns.
@@ -146,16 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistentStepKernel(PersistentAr
         const Op op = args.ops[k];
         const int groups = op.in / 128;
         const int tiles = (op.out + 15) / 16;
-        if (k > 0) {  // every block has written the previous op's output
-            consumersSync();
-            if (c == 0) {
-                __threadfence();
-                asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(args.barrier) : "memory");
-                while (gemma::cuda::loadAcquire(args.barrier) < static_cast<unsigned>(k) * gridDim.x) {
-                }
-            }
-            consumersSync();
-        }
+        if (k > 0) opBarrier(args.barrier, k, c);
         float* factors = reinterpret_cast<float*>(planes + fd::kPlanes * fd::planeBytes(groups));
         stageX(op.x, op.in, planes, factors, c);
         consumersSync();
@@ -382,16 +388,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) evenSplitStepKernel(EvenArgs
         const int items = opItems(op.out, op.in), end = runStart(items, blocks, b + 1);
         const bool tracing = args.trace && b == 0 && c == 0;
         if (tracing) args.trace[k * 4] = globalTime();
-        if (k > 0 && (args.mode & kBarriers)) {  // every block has written the previous op's output
-            consumersSync<CW>();
-            if (c == 0) {
-                __threadfence();
-                asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(args.barrier) : "memory");
-                while (gemma::cuda::loadAcquire(args.barrier) < static_cast<unsigned>(k) * gridDim.x) {
-                }
-            }
-            consumersSync<CW>();
-        }
+        if (k > 0 && (args.mode & kBarriers)) opBarrier<CW>(args.barrier, k, c);
         float* factors = reinterpret_cast<float*>(planes + fd::kPlanes * fd::planeBytes(groups));
         if (tracing) args.trace[k * 4 + 1] = globalTime();
         if (k == 0 || (args.mode & kStaging)) stageEvenX<CW>(args, k, op.in, planes, factors, c);
