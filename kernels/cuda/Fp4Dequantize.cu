@@ -30,8 +30,9 @@
 // Tiled layout (params.tiled, kernels/include/kernels/Fp4Tiled.h): the kernel walks the same flat
 // row-layout chunk indices (chunk = row × chunksPerRow + c) and only the two loads move: the codes
 // come from fp4tiled::chunkOffset(row, c, groups), the scale from half scaleShift(row) of word
-// scaleWord(row, c / 4, groups). So decode, pair swap and stores are shared, the output is the
-// same bits, and the pair argument above still holds (it is about row-layout chunk indices). A
+// scaleWord(row, c / 4, groups), and the codes are read back from their stored form
+// (fromStoredCodes). So decode, pair swap and stores are shared, the output is the same bits (a
+// −0 code excepted: the tiled layout stores it as +0), and the pair argument above still holds (it is about row-layout chunk indices). A
 // warp's 32 chunks are then 8 runs of 64 contiguous bytes (the 4 chunks of one row's group sit
 // together in an item), 1 KB apart: whole 32-byte sectors still, one more integer division per
 // chunk for (row, c). TILED is a template parameter so that the row-layout kernel is unchanged.
@@ -171,6 +172,10 @@ __global__ void __launch_bounds__(kThreads) fp4DequantizeKernel(
         std::uint16_t nxtScale = 0;
         if (nextChunk < totalChunks) loadChunk<TILED>(codes, scales, nextChunk, chunksPerRow, nxt, nxtScale);
 
+        if constexpr (TILED) {  // the tiled layout's stored codes back to codes (Fp4Tiled.h)
+            cur = make_uint4(formats::fp4tiled::fromStoredCodes(cur.x), formats::fp4tiled::fromStoredCodes(cur.y),
+                             formats::fp4tiled::fromStoredCodes(cur.z), formats::fp4tiled::fromStoredCodes(cur.w));
+        }
         // Pair swap: the even lane (chunk a) keeps a0, a2 and receives b0, b2; the odd lane
         // (chunk b) keeps b1, b3 and receives a1, a3. Store k then covers pair bytes [32k, 32k+32).
         const std::uint32_t send0 = odd ? cur.x : cur.y;

@@ -59,6 +59,7 @@
 #include "Fp4Matvec.h"
 
 #include <kernels/Fp4Decode.h>
+#include <kernels/Fp4Tiled.h>
 #include <kernels/WeightFormats.h>
 
 #include "CudaCommon.h"
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(256) fp4MatvecKernel(
                         const std::uint32_t w = word == 0 ? cur[u][s].x : word == 1 ? cur[u][s].y
                                               : word == 2 ? cur[u][s].z : cur[u][s].w;
                         float f[8];
-                        decode8(w, f);
+                        decode8(tiled ? formats::fp4tiled::fromStoredCodes(w) : w, f);
 #pragma unroll
                         for (int b = 0; b < NB; ++b)
 #pragma unroll
@@ -354,11 +355,13 @@ __device__ __forceinline__ void loadGroupRows(const std::uint8_t* codesA, const 
 // column 1), elements 2 and 3 the same for row g+8; lanes with q != 0 hold unused columns.
 // Without SPLIT every lane reads xsHi and column 0 alone is used.
 // Two accumulator chains (word parity): a dependent mma.sync waits for its predecessor.
-template <bool SPLIT>
+// STORED: the words are the tiled layout's stored codes (Fp4Tiled.h), turned back into codes first.
+template <bool SPLIT, bool STORED>
 __device__ __forceinline__ void groupDot(const GroupLoad& g, const uint4* xs, int q, float& accA, float& accB) {
     float c[2][4] = {};
-    const std::uint32_t wordsA[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w};
-    const std::uint32_t wordsB[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
+    const auto code = [](std::uint32_t w) { return STORED ? formats::fp4tiled::fromStoredCodes(w) : w; };
+    const std::uint32_t wordsA[4] = {code(g.rowA.x), code(g.rowA.y), code(g.rowA.z), code(g.rowA.w)};
+    const std::uint32_t wordsB[4] = {code(g.rowB.x), code(g.rowB.y), code(g.rowB.z), code(g.rowB.w)};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         std::uint32_t ha[4], hb[4];
@@ -440,11 +443,14 @@ __device__ __forceinline__ void stageX(const float* __restrict__ x, std::int64_t
 // 8, 12): one PRMT per 4 nibbles looks them up in a table held in two registers; a nibble with its
 // sign bit set is a selector in sign-replicate mode, which yields 0x00 (every table byte is
 // positive), so prmt(table, w) gives the positive weights and zeros, and prmt(table, w ^ 0x8888)
-// the magnitudes of the negative ones. Two mma chains (positive and negative) give exact int32
-// sums; per group, per row,
+// the magnitudes of the negative ones. With the tiled layout's stored codes (Fp4Tiled.h) the
+// negative selectors are w + 0x8888 instead, one multiply-add on the FMA pipe where the xor took
+// the integer pipe that the decode saturates (+1.9 % on the 12b decode, docs/PERFORMANCE.md
+// version 27). Two mma chains (positive and negative) give exact int32 sums; per group, per row,
 //   Σ w·X = 2^16·(C0 − 64·C1) + 2^8·C2 + C3     (C1 = Σ w removes the offset 2^22)
-// in exact integers until the group scale × 2^-E_G / 2 multiplies it in fp32. 7 integer
-// instructions decode 8 weights (the fp16 path: 13) and one mma covers 512 weights (fp16: 256).
+// in exact integers until the group scale × 2^-E_G / 2 multiplies it in fp32. 7 instructions
+// decode 8 weights (the fp16 path: 13; stored codes: 5 of them on the integer pipe, 2 on the FMA
+// pipe) and one mma covers 512 weights (fp16: 256).
 // The exponent per group (not per vector) keeps staging to one pass with no block-wide reduction.
 // Until version 24 of docs/PERFORMANCE.md X had 31 bits in four planes; its rint was a
 // quarter-rate float-to-int conversion per element in every block's staging.
@@ -557,7 +563,9 @@ __device__ __forceinline__ void accumulateGroup(const int (&pos)[4], const int (
 
 // Σ over one group for rows g and g+8 (x from loadIntegerX).
 // acc[0], acc[2]: rows g, g+8 of the lane's first column (column 0 folded with the ones column
-// on q = 0 lanes); acc[1], acc[3]: its second column.
+// on q = 0 lanes); acc[1], acc[3]: its second column. STORED: the words are the tiled layout's
+// stored codes (Fp4Tiled.h), whose negative selectors cost a multiply-add instead of an xor.
+template <bool STORED>
 __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const IntegerX& x, int fold, float (&acc)[4]) {
     const std::uint32_t wordsA[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w};
     const std::uint32_t wordsB[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
@@ -567,10 +575,14 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
     for (int j = 0; j < 4; ++j) {
         // A fragment: rows g and g+8, k-slots 4q.. (nibbles 0..3) and 16+4q.. (nibbles 4..7).
         std::uint32_t p[4], n[4];
-        formats::fp4decode::decodeInt8Quad(wordsA[j], p[0], n[0]);
-        formats::fp4decode::decodeInt8Quad(wordsB[j], p[1], n[1]);
-        formats::fp4decode::decodeInt8Quad(wordsA[j] >> 16, p[2], n[2]);
-        formats::fp4decode::decodeInt8Quad(wordsB[j] >> 16, p[3], n[3]);
+        const auto quad = [](std::uint32_t w, std::uint32_t& positive, std::uint32_t& negative) {
+            if constexpr (STORED) formats::fp4decode::decodeInt8QuadStored(w, positive, negative);
+            else formats::fp4decode::decodeInt8Quad(w, positive, negative);
+        };
+        quad(wordsA[j], p[0], n[0]);
+        quad(wordsB[j], p[1], n[1]);
+        quad(wordsA[j] >> 16, p[2], n[2]);
+        quad(wordsB[j] >> 16, p[3], n[3]);
         imma16832(pos, p, x.b[2 * j], x.b[2 * j + 1]);
         imma16832(neg, n, x.b[2 * j], x.b[2 * j + 1]);
     }
@@ -901,11 +913,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 const int G = warp + local * kMmaWarps;
                 if constexpr (INTEGER) {
                     const IntegerX xg = loadIntegerX(intLane.b, G);
-                    groupDotInteger(slot[u][s], xg, intLane.fold, intAcc);
-                    if constexpr (GEGLU) groupDotInteger(slotUp[u][s], xg, intLane.fold, intUpAcc);
+                    groupDotInteger<TILED>(slot[u][s], xg, intLane.fold, intAcc);
+                    if constexpr (GEGLU) groupDotInteger<TILED>(slotUp[u][s], xg, intLane.fold, intUpAcc);
                 } else {
-                    groupDot<SPLIT>(slot[u][s], xsLane + G * 16, q, accA, accB);
-                    if constexpr (GEGLU) groupDot<SPLIT>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
+                    groupDot<SPLIT, TILED>(slot[u][s], xsLane + G * 16, q, accA, accB);
+                    if constexpr (GEGLU) groupDot<SPLIT, TILED>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
                 }
             }
             if (k0 + u + D < items) fetch(u);

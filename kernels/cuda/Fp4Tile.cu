@@ -1,6 +1,7 @@
-// Row layout → tiled layout of an FP4 weight (Fp4Tile.h). One thread per 16-byte chunk of the
-// tiled codes, then one per tiled scale word, grid-stride: a gather run once per weight at model
-// load, so it is written for clarity, not speed (it moves the weights once at several TB/s).
+// Row layout → tiled layout of an FP4 weight (Fp4Tile.h), every code word as its stored codes
+// (Fp4Tiled.h, toStoredCodes). One thread per 16-byte chunk of the tiled codes, then one per tiled
+// scale word, grid-stride: a gather run once per weight at model load, so it is written for
+// clarity, not speed (it moves the weights once at several TB/s).
 #include "Fp4Tile.h"
 
 #include <kernels/Fp4Tiled.h>
@@ -28,7 +29,9 @@ __global__ void fp4TileKernel(const uint4* __restrict__ codes, const std::uint16
         const std::int64_t item = k / 64, tile = item / groups, group = item % groups;
         const int lane = static_cast<int>(k % 32), half = static_cast<int>((k / 32) % 2);
         const std::int64_t row = tile * tiled::kTileRows + lane / 4 + 8 * half;
-        tiledCodes[k] = row < out ? codes[row * rowChunks + group * 4 + lane % 4] : make_uint4(0, 0, 0, 0);
+        uint4 v = row < out ? codes[row * rowChunks + group * 4 + lane % 4] : make_uint4(0, 0, 0, 0);
+        v = make_uint4(tiled::toStoredCodes(v.x), tiled::toStoredCodes(v.y), tiled::toStoredCodes(v.z), tiled::toStoredCodes(v.w));
+        tiledCodes[k] = v;
     }
     for (std::int64_t w = first; w < words; w += stride) {
         const std::int64_t item = w / tiled::kItemScaleWords, tile = item / groups, group = item % groups;

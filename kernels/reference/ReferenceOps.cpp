@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/Fp4Tiled.h"
 #include "kernels/WeightFormats.h"
 
 namespace gemma::reference {
@@ -161,6 +162,12 @@ void tileFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_
                     std::uint8_t* target = tiledCodes + item * 1024 + half * 512 + lane * 16;
                     if (row < out) std::memcpy(target, codes + row * rowBytes + G * 64 + q * 16, 16);
                     else std::memset(target, 0, 16);
+                    for (int w = 0; w < 4; ++w) {  // the stored codes (Fp4Tiled.h)
+                        std::uint32_t word;
+                        std::memcpy(&word, target + 4 * w, 4);
+                        word = fmt::fp4tiled::toStoredCodes(word);
+                        std::memcpy(target + 4 * w, &word, 4);
+                    }
                 }
             }
             for (int g = 0; g < 8; ++g) {

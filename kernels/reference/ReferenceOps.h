@@ -40,7 +40,8 @@ void linearFp8Rows(const std::uint8_t* codes, const float* rowScales, std::int64
 // The tiled device layout of an FP4 weight (kernels/include/kernels/Fp4Tiled.h), written from the
 // lanes' point of view (independently of the header's index functions, which tests check against
 // it): item (t, G), lane L = 4g + q: bytes [16L, 16L + 16) hold row 16t + g's row-layout chunk
-// 4G + q, bytes [512 + 16L, ...) row 16t + g + 8's; scale word g holds rows 16t + g and 16t + g + 8.
+// 4G + q, bytes [512 + 16L, ...) row 16t + g + 8's, each 32-bit word as its stored codes
+// (fp4tiled::toStoredCodes); scale word g holds rows 16t + g and 16t + g + 8.
 // Rows past `out`: zero codes, zero scales. tiledCodes: fp4tiled::codeBytes(out, in) bytes;
 // tiledScales: fp4tiled::scaleWords(out, in) words.
 void tileFp4(const std::uint8_t* codes, const std::uint16_t* scales, std::int64_t out, std::int64_t in,

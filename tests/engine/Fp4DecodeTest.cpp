@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <kernels/Fp4Decode.h>
+#include <kernels/Fp4Tiled.h>
 #include <kernels/WeightFormats.h>
 
 #include <cmath>
@@ -83,6 +84,31 @@ TEST(Fp4Decode, Int8QuadsSplitE2M1TimesTwoBySign) {
             ASSERT_LE(p, 12);
             ASSERT_LE(n, 12);
         }
+    }
+}
+
+TEST(Fp4Decode, StoredCodesDecodeAsTheCodesTheyHold) {
+    // The tiled layout's stored codes (Fp4Tiled.h) through the multiply-add selectors give the same
+    // bytes as the xor selectors on the codes fromStoredCodes reads, for all 65536 halves and
+    // whatever bits 16..31 hold; and the codes of toStoredCodes' images are the codes stored.
+    using gemma::formats::fp4tiled::fromStoredCodes;
+    using gemma::formats::fp4tiled::toStoredCodes;
+    for (std::uint32_t v = 0; v < 65536; ++v) {
+        std::uint32_t positive = 0, negative = 0, wantPositive = 0, wantNegative = 0;
+        fd::decodeInt8Quad(fromStoredCodes(v), wantPositive, wantNegative);
+        for (const std::uint32_t high : {0u, 0xFFFF0000u, 0x7A3C0000u}) {
+            fd::decodeInt8QuadStored(v | high, positive, negative);
+            ASSERT_EQ(positive, wantPositive) << "stored " << v << " high " << high;
+            ASSERT_EQ(negative, wantNegative) << "stored " << v << " high " << high;
+        }
+        // The half as the matvec's high half (w >> 16) reads it.
+        fd::decodeInt8QuadStored((v << 16 | 0x1234u) >> 16, positive, negative);
+        ASSERT_EQ(positive, wantPositive);
+        ASSERT_EQ(negative, wantNegative);
+        fd::decodeInt8QuadStored(toStoredCodes(v), positive, negative);
+        fd::decodeInt8Quad(v, wantPositive, wantNegative);
+        ASSERT_EQ(positive, wantPositive) << "codes " << v;
+        ASSERT_EQ(negative, wantNegative) << "codes " << v;
     }
 }
 

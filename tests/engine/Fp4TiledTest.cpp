@@ -1,8 +1,9 @@
 // The tiled device layout of FP4 weights (kernels/Fp4Tiled.h), on the host, every CI run: the
 // lane-order tiling of reference::tileFp4 against the header's index functions (which the kernels
 // use to find a row's chunk and scale), on shapes with a partial last tile and a partial last
-// group. The GPU harnesses check the Fp4Tile op against the same tiling byte for byte and every
-// kernel's tiled path bit for bit against its row-layout path.
+// group, each code word in its stored form (toStoredCodes), and the stored form's round trip. The
+// GPU harnesses check the Fp4Tile op against the same tiling byte for byte and every kernel's tiled
+// path bit for bit against its row-layout path.
 #include <gtest/gtest.h>
 
 #include <kernels/Fp4Tiled.h>
@@ -53,10 +54,12 @@ TEST_P(Fp4Tiled, IndexFunctionsFindEveryChunkAndScaleOfTheReferenceTiling) {
         for (std::int64_t chunk = 0; chunk < rowBytes / 16; ++chunk) {
             const std::int64_t at = tiled::chunkOffset(row, chunk, groups);
             ASSERT_LE(at + 16, static_cast<std::int64_t>(codes.size()));
-            for (int b = 0; b < 16; ++b) {
-                const std::uint8_t want = row < out ? w.codes[static_cast<std::size_t>(row * rowBytes + chunk * 16 + b)] : 0;
-                ASSERT_EQ(codes[static_cast<std::size_t>(at + b)], want) << "row " << row << " chunk " << chunk;
-                ++covered[static_cast<std::size_t>(at + b)];
+            for (int word = 0; word < 4; ++word) {  // each 32-bit word as its stored codes
+                std::uint32_t want = 0, got = 0;
+                if (row < out) std::memcpy(&want, w.codes.data() + row * rowBytes + chunk * 16 + 4 * word, 4);
+                std::memcpy(&got, codes.data() + at + 4 * word, 4);
+                ASSERT_EQ(got, tiled::toStoredCodes(want)) << "row " << row << " chunk " << chunk;
+                for (int b = 0; b < 4; ++b) ++covered[static_cast<std::size_t>(at + 4 * word + b)];
             }
         }
         for (std::int64_t group = 0; group < groups; ++group) {
@@ -66,6 +69,27 @@ TEST_P(Fp4Tiled, IndexFunctionsFindEveryChunkAndScaleOfTheReferenceTiling) {
         }
     }
     for (std::size_t i = 0; i < covered.size(); ++i) ASSERT_EQ(covered[i], 1) << "byte " << i;
+}
+
+// The stored codes (Fp4Tiled.h): every code word comes back from its stored form, with −0 as
+// +0 (which the quantizer writes for every zero); tested on all 65536 values of each half.
+TEST(Fp4TiledLayout, StoredCodesRoundTripWithNegativeZeroAsZero) {
+    const auto canonical = [](std::uint32_t w) {
+        for (int k = 0; k < 8; ++k)
+            if (((w >> (4 * k)) & 0xFu) == 8u) w &= ~(0xFu << (4 * k));
+        return w;
+    };
+    std::mt19937 rng(5);
+    for (std::uint32_t v = 0; v < 65536; ++v) {
+        const std::uint32_t other = rng() & 0xFFFFu;
+        for (const std::uint32_t w : {v | (other << 16), other | (v << 16)}) {
+            ASSERT_EQ(tiled::fromStoredCodes(tiled::toStoredCodes(w)), canonical(w)) << "word " << w;
+            if (w == canonical(w)) ASSERT_EQ(tiled::toStoredCodes(tiled::fromStoredCodes(tiled::toStoredCodes(w))), tiled::toStoredCodes(w));
+        }
+    }
+    // Zero codes (padding) are stored as zero.
+    EXPECT_EQ(tiled::toStoredCodes(0u), 0u);
+    EXPECT_EQ(tiled::fromStoredCodes(0u), 0u);
 }
 
 // 16 × 128: one item; 31 × 1000: a partial last tile and group; 48 × 256, 512 × 3840: whole tiles.

@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistentStepKernel(PersistentAr
                         return l;
                     };
                     const fd::IntegerX xg = fd::loadIntegerX(il.b, g0 + cw);
-                    fd::groupDotInteger(load(0), xg, il.fold, acc);
-                    if (op.geglu) fd::groupDotInteger(load(1), xg, il.fold, accUp);
+                    fd::groupDotInteger<true>(load(0), xg, il.fold, acc);
+                    if (op.geglu) fd::groupDotInteger<true>(load(1), xg, il.fold, accUp);
                 }
                 __syncwarp();
                 if (lane == 0) arrive(&empty[s]);
@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) evenSplitStepKernel(EvenArgs
 #pragma unroll
                     for (int u = 0; u < IPW; ++u) {
                         if (args.mode & kRawCodes) rawCodesGroupDot(l[u], xg[u], il.fold, acc);
-                        else fd::groupDotInteger(l[u], xg[u], il.fold, acc);
+                        else fd::groupDotInteger<true>(l[u], xg[u], il.fold, acc);
                     }
                 }
                 __syncwarp();

@@ -104,18 +104,19 @@ __device__ __forceinline__ void imma(int (&d)[4], const std::uint32_t (&a)[4], s
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One 1 KB item as the FP4 matvec's integer path decodes it (Fp4Matvec.cu's groupDotInteger:
-// rows g and g+8, 16 code bytes each per lane), against constant B columns.
+// One 1 KB item as the FP4 matvec's tiled integer path decodes it (Fp4Matvec.cu's
+// groupDotInteger<true>: stored codes, rows g and g+8, 16 code bytes each per lane), against
+// constant B columns. (Version 25's numbers in docs/PERFORMANCE.md were measured with the xor form.)
 __device__ __forceinline__ void decodeItem(const uint4 rowA, const uint4 rowB, int (&pos)[4], int (&neg)[4]) {
     const std::uint32_t wordsA[4] = {rowA.x, rowA.y, rowA.z, rowA.w};
     const std::uint32_t wordsB[4] = {rowB.x, rowB.y, rowB.z, rowB.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         std::uint32_t p[4], n[4];
-        gemma::formats::fp4decode::decodeInt8Quad(wordsA[j], p[0], n[0]);
-        gemma::formats::fp4decode::decodeInt8Quad(wordsB[j], p[1], n[1]);
-        gemma::formats::fp4decode::decodeInt8Quad(wordsA[j] >> 16, p[2], n[2]);
-        gemma::formats::fp4decode::decodeInt8Quad(wordsB[j] >> 16, p[3], n[3]);
+        gemma::formats::fp4decode::decodeInt8QuadStored(wordsA[j], p[0], n[0]);
+        gemma::formats::fp4decode::decodeInt8QuadStored(wordsB[j], p[1], n[1]);
+        gemma::formats::fp4decode::decodeInt8QuadStored(wordsA[j] >> 16, p[2], n[2]);
+        gemma::formats::fp4decode::decodeInt8QuadStored(wordsB[j] >> 16, p[3], n[3]);
         imma(pos, p, 0x01020304u, 0x05060708u);
         imma(neg, n, 0x01020304u, 0x05060708u);
     }

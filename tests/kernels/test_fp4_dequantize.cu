@@ -4,7 +4,8 @@
 //   out = 1, 3), wide-range scales (every exponent, both signs, subnormals, overflow to inf),
 //   forced small grids (grid-stride loop), columns past `in` and row gaps poisoned (must stay so);
 //   every case (BF16 and FP16) also from the tiled layout of the same weight (Fp4Tiled.h, by
-//   reference::tileFp4; out not a multiple of 16 leaves zero padding rows), against the same reference;
+//   reference::tileFp4; out not a multiple of 16 leaves zero padding rows), against the same reference
+//   with every −0 code made +0 (the tiled layout stores every zero as +0);
 // - ActivationConvert.cu: fp32 → bf16 hi (+ lo), bit for bit against reference::splitToBf16, and
 //   |x − (hi + lo)| <= 2^-16·|x|; vector and element paths;
 // - GegluElementwise.cu: against an FP64 gelu_tanh(gate)·up and reference::gegluGateUpRows; in place;
@@ -77,6 +78,16 @@ std::string mismatchNote(const std::vector<std::uint16_t>& got, const std::vecto
     return note;
 }
 
+// The codes with every −0 made +0: the tiled layout keeps no sign of a zero code (Fp4Tiled.h,
+// toStoredCodes; the quantizer writes every zero as +0), so its expected bits come from these.
+std::vector<std::uint8_t> positiveZeros(std::vector<std::uint8_t> codes) {
+    for (auto& b : codes) {
+        if ((b & 0x0Fu) == 0x08u) b &= 0xF0u;
+        if ((b & 0xF0u) == 0x80u) b &= 0x0Fu;
+    }
+    return codes;
+}
+
 struct DequantCase {
     std::string name;
     std::int64_t out, in;
@@ -116,7 +127,8 @@ void runDequant(const DequantCase& c, std::mt19937_64& rng, Report& report) {
     report.addCheck("dequant bit-exact " + tag, mismatches == 0, note);
 
     // The same weight in the tiled layout: the same launch otherwise, so the same bits (the
-    // reference and the poisoned columns included) are required. Run again for FP16 below.
+    // reference and the poisoned columns included) are required, but for the sign of zero codes
+    // (positiveZeros). Run again for FP16 below.
     const TiledFp4 tw = tileFp4(w);
     DeviceBuffer<std::uint8_t> dTiledCodes(tw.codes.size());
     DeviceBuffer<std::uint32_t> dTiledScales(tw.scales.size());
@@ -134,8 +146,11 @@ void runDequant(const DequantCase& c, std::mt19937_64& rng, Report& report) {
         HCHECK(cudaDeviceSynchronize());
         return dy.download();
     };
+    const std::vector<std::uint8_t> tiledCodes = positiveZeros(w.codes);
+    std::vector<std::uint16_t> wantTiled(got.size(), kPoison16);
+    ref::dequantizeFp4ToBf16(tiledCodes.data(), w.scales.data(), c.out, c.in, wantTiled.data(), ldOut);
     std::size_t tiledMismatches = 0;
-    const std::string tiledNote = mismatchNote(runTiled(false, 1.0f), want, ldOut, tiledMismatches);
+    const std::string tiledNote = mismatchNote(runTiled(false, 1.0f), wantTiled, ldOut, tiledMismatches);
     report.addCheck("dequant tiled bit-exact " + tag, tiledMismatches == 0, tiledNote);
 
     // The reference's own semantics against exact arithmetic: bf16 round-to-nearest of the exact
@@ -186,8 +201,10 @@ void runDequant(const DequantCase& c, std::mt19937_64& rng, Report& report) {
         detail += buf;
     }
     report.addCheck("dequant fp16 bit-exact " + tag, mismatches16 == 0, detail);
+    std::vector<std::uint16_t> wantTiled16(got16.size(), kPoison16);
+    ref::dequantizeFp4ToFp16(tiledCodes.data(), w.scales.data(), c.out, c.in, wantTiled16.data(), ldOut, multiplier);
     std::size_t tiledMismatches16 = 0;
-    const std::string tiledNote16 = mismatchNote(runTiled(true, multiplier), want16, ldOut, tiledMismatches16);
+    const std::string tiledNote16 = mismatchNote(runTiled(true, multiplier), wantTiled16, ldOut, tiledMismatches16);
     report.addCheck("dequant tiled fp16 bit-exact " + tag, tiledMismatches16 == 0, tiledNote16);
     if (!c.wideScales) {
         std::size_t inexact = 0;

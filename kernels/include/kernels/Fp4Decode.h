@@ -69,6 +69,18 @@ GEMMA_HOST_DEVICE void decodeInt8Quad(std::uint32_t w, std::uint32_t& positive, 
     negative = permuteBytes(kInt8TableLo, kInt8TableHi, w ^ 0x8888u);
 }
 
+// The same for the stored codes of the tiled layout (Fp4Tiled.h, toStoredCodes): the negative
+// selectors are w + 0x8888 (the stored nibbles make up for the add's carries), formed by one
+// multiply-add on the FMA pipe instead of an xor on the integer pipe, which the decode keeps busy
+// (docs/PERFORMANCE.md version 27). The multiplier is 1 modulo 2^16, so the low 16 bits (all the
+// byte permute reads) are those of w + 0x8888; a multiplier of 1 would be folded into an integer
+// add, which runs on the integer pipe again.
+inline constexpr std::uint32_t kStoredSelectorMultiplier = 0x9E370001u;
+GEMMA_HOST_DEVICE void decodeInt8QuadStored(std::uint32_t w, std::uint32_t& positive, std::uint32_t& negative) {
+    positive = permuteBytes(kInt8TableLo, kInt8TableHi, w);
+    negative = permuteBytes(kInt8TableLo, kInt8TableHi, w * kStoredSelectorMultiplier + 0x8888u);
+}
+
 // x as integers: per 128-input group, X = rint(x·2^E) with E from the group's max|x| (IEEE bits
 // `maxBits`, the sign cleared): max in [2^k, 2^(k+1)) gives E = 21 − k, so |x·2^E| < 2^22 and
 // |X| <= 2^22: every entry rounded to within 2^-22 of the group's largest (the largest keeps 22

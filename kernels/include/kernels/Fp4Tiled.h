@@ -17,6 +17,11 @@
 // - scales: tiles × groups items of 8 words, word (t·groups + G)·8 + g = row 16t + g's bf16 scale
 //   of group G in the low half, row 16t + g + 8's in the high half.
 // Rows past `out` in the last tile are zero codes and zero scales.
+// - stored codes (since version 27 of docs/PERFORMANCE.md): every 32-bit word of codes is kept as
+//   toStoredCodes() of the row layout's word, so that the integer matvec forms its negative
+//   selectors with one multiply-add on the FMA pipe instead of an xor on the integer pipe
+//   (Fp4Decode.h, decodeInt8QuadStored). Readers that want the codes themselves apply
+//   fromStoredCodes() to each loaded word.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +58,57 @@ GEMMA_FP4_TILED_HD constexpr std::int64_t scaleWord(std::int64_t row, std::int64
     return ((row / kTileRows) * groups + group) * kItemScaleWords + row % 8;
 }
 GEMMA_FP4_TILED_HD constexpr unsigned scaleShift(std::int64_t row) { return row % kTileRows >= 8 ? 16u : 0u; }
+
+// ---- stored codes ---------------------------------------------------------------------------------
+// The integer matvec looks a 16-bit half h of a code word up twice in a table of positive bytes
+// (Fp4Decode.h): with h itself (a nibble whose sign bit is set reads 0) for the positive weights,
+// and with a selector whose sign bits are flipped for the negative ones. The flip as an xor
+// (h ^ 0x8888) costs an integer-pipe instruction per half; as an add (h + 0x8888) it is a
+// multiply-add on the FMA pipe, but the add carries: a nibble with its sign bit set carries 1 into
+// the next nibble (and so does a positive 7 that receives a carry). The stored nibble of a negative
+// code is therefore its magnitude minus the carry it will receive, which the add restores:
+//   positive code m (sign clear):  stored m;                 h + 0x8888's nibble is 8 + m + c_in,
+//                                                            sign set (reads 0) unless m = 7 and
+//                                                            c_in = 1 (then 0, which reads 0 too);
+//                                                            carries 1 only in that case;
+//   negative code 8 | m, m >= 1:   stored 8 | (m − c_in);    the add's nibble is m, sign clear, and
+//                                                            it always carries 1;
+//   −0 (code 8):                   stored 0, as +0 (m − c_in would be −1 after a negative nibble;
+//                                  the quantizer writes every zero as +0 anyway, floatToE2M1).
+// The carry starts at 0 in each 16-bit half (the matvec adds 0x8888 to each half separately; the
+// carry out of a half's top nibble is dropped: the byte permute reads a selector's low 16 bits).
+GEMMA_FP4_TILED_HD constexpr std::uint32_t toStoredCodes(std::uint32_t codes) {
+    std::uint32_t stored = 0;
+    for (int half = 0; half < 2; ++half) {
+        unsigned carry = 0;
+        for (int k = 0; k < 4; ++k) {
+            const int shift = 16 * half + 4 * k;
+            const unsigned code = (codes >> shift) & 0xFu, magnitude = code & 7u;
+            unsigned nibble = magnitude;
+            if ((code & 8u) != 0 && magnitude != 0) {
+                nibble = 8u | (magnitude - carry);
+                carry = 1;
+            } else {
+                carry = magnitude == 7u ? carry : 0u;
+            }
+            stored |= nibble << shift;
+        }
+    }
+    return stored;
+}
+
+// The codes a stored word holds, as the integer matvec reads them, for any 32 bits (not only
+// toStoredCodes' images): per nibble s with t = the nibble of (its half + 0x8888), the code is s
+// when s's sign is clear, 8 | t when s's sign is set and t's clear, and 0 when both are set (both
+// table reads yield 0 there). fromStoredCodes(toStoredCodes(w)) == w with every −0 made +0.
+GEMMA_FP4_TILED_HD constexpr std::uint32_t fromStoredCodes(std::uint32_t stored) {
+    const std::uint32_t added = ((stored + 0x8888u) & 0xFFFFu) | ((((stored >> 16) + 0x8888u) & 0xFFFFu) << 16);
+    const std::uint32_t positive = ~stored & 0x88888888u;         // sign bits of the nibbles kept as they are
+    const std::uint32_t negative = stored & ~added & 0x88888888u;  // sign bits of the negative codes
+    // A nibble's sign bit spread over the nibble: (bit 3 → bit 0) × 15, no carries between nibbles.
+    const std::uint32_t keep = (positive >> 3) * 0xFu, negate = (negative >> 3) * 0xFu;
+    return (stored & keep) | ((added | 0x88888888u) & negate);
+}
 
 }  // namespace gemma::formats::fp4tiled
 
