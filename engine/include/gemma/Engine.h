@@ -158,15 +158,17 @@ struct OpenOptions {
     // sm_90+ only (ignored below); on the H200 the matvecs alone made the decode step 8.7 % faster
     // (docs/PERFORMANCE.md, version 3).
     bool programmaticLaunch = true;
-    // CUDA: batch-1 FP4 matvecs feed x to an int8 mma as a 31-bit integer per 128-input group
-    // (exact int32 sums per weight group; on the H200 15–25 % faster than fp16 x on the large
-    // shapes and a 4–11× smaller logit error against the CPU backend, docs/PERFORMANCE.md version
-    // 4). false: x as fp16 hi + lo in an fp16 mma, the earlier form (comparisons).
+    // CUDA: batch-1 FP4 matvecs feed x to an int8 mma as integers per 128-input group (to 2^-22
+    // of the group's max since version 24; exact int32 sums per weight group; on the H200 15–25 %
+    // faster than fp16 x on the large shapes and a 4–11× smaller logit error against the CPU
+    // backend, docs/PERFORMANCE.md version 4). false: x as fp16 hi + lo in an fp16 mma, the
+    // earlier form (comparisons).
     bool integerMatvec = true;
     // CUDA: FP4 weights are rearranged on the GPU at load into the tiled layout
     // (kernels/include/kernels/Fp4Tiled.h: each 16-row × 128-input block contiguous in the order
-    // the batch-1 matvec's lanes read it), the decode matvecs 2–18 % faster per shape on the H200
-    // (docs/PERFORMANCE.md version 5); same results bit for bit. false: the row layout
+    // the batch-1 matvec's lanes read it; its code words kept as stored codes, version 27), the
+    // decode matvecs 2–18 % faster per shape on the H200 (docs/PERFORMANCE.md version 5) and the
+    // decode step 1.9 % more (version 27); same results bit for bit. false: the row layout
     // (comparisons).
     bool tiledWeights = true;
     // CUDA: a decode step's attention per layer is one launch: the q/k/v norm + RoPE + KV-cache
