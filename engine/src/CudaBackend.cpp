@@ -184,7 +184,7 @@ public:
         : package_(package), config_(package.config()), weights_(weights),
           kvDtype_(options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16), graphWanted_(options.cudaGraph),
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
-          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), bulkMatvecInput_(options.bulkMatvecInput), fusedAttention_(options.fusedAttention),
+          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
@@ -289,7 +289,6 @@ public:
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
-               (bulkMatvecInput_ ? ", matvec x by bulk copies" : "") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
@@ -987,7 +986,6 @@ private:
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
         p.tiled = w.tiled;
-        p.bulkX = bulkMatvecInput_;
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -1809,7 +1807,6 @@ private:
     bool programmaticLaunch_ = false;
     bool integerMatvec_ = true;
     bool tiledWeights_ = true;
-    bool bulkMatvecInput_ = false;
     bool fusedAttention_ = true;
     bool fusedNorms_ = true;
     bool tensorCoreAttention_ = true;

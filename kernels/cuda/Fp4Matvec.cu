@@ -312,7 +312,6 @@ struct MmaArgs {
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
     const float* geluGate;            // Fp4MatvecParams::geluGate (segment 0 only, not with GeGLU)
-    bool bulkX;                       // x staged by bulk copies (stageXBulk; the launcher checks it applies)
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -712,89 +711,6 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
     convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors, static_cast<int>(threadIdx.x), kMmaThreads);
 }
 
-// ---- x by bulk copies (Fp4MatvecParams::bulkX; sm_90+) ---------------------------------------------
-// x without an input norm (o and down in a decode step) enters shared memory as fp32 through the
-// copy engine: thread 0 issues one cp.async.bulk per chunk of kBulkGroupsPerChunk groups, each
-// completing on its own mbarrier, so no thread holds x in registers while it travels and the
-// chunks land while the earlier ones are converted. Each warp converts 4 groups per chunk from
-// shared memory (8 lanes per group, as in convertXPieces, but lane j of a group holds the inputs
-// 4j + 32s, s = 0..3: its 16-byte loads and 4-byte stores are then conflict-free, the order of s
-// rotated by the group's place in the warp). The same planes and factors as stageXInteger, bit
-// for bit: the same max over the group, exponent and per-element FMA.
-constexpr int kBulkGroupsPerChunk = 4 * kMmaWarps;  // one conversion pass of the block: 16 KB of x
-constexpr int kBulkChunksMax = 8;                   // groups <= 256 (in <= 32768)
-// The fp32 copy of x sits past the integer x (planes, factors, constants) at a 128-byte boundary.
-__host__ __device__ constexpr std::int64_t bulkRawOffset(std::int64_t groups) { return (integerXBytes(groups) + 127) / 128 * 128; }
-__host__ __device__ constexpr std::int64_t bulkXBytes(std::int64_t groups) { return bulkRawOffset(groups) + groups * 512; }
-__host__ __device__ constexpr int bulkChunks(std::int64_t groups) {
-    return static_cast<int>((groups + kBulkGroupsPerChunk - 1) / kBulkGroupsPerChunk);
-}
-
-// Before the dependency wait (x is not read here): the chunks' barriers, then a block barrier so
-// that no thread waits on one before it is initialized. All threads.
-__device__ __forceinline__ void initBulkX(std::uint64_t* barriers, int groups) {
-#if __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) {
-        for (int c = 0; c < bulkChunks(groups); ++c) initBarrier(&barriers[c], 1);
-        fenceBarrierInit();
-    }
-    __syncthreads();
-#endif
-}
-
-// After the dependency wait; all threads (warp-uniform: every lane takes part in the shuffles).
-// Preconditions (the launcher): in % 4 == 0, x 16-byte aligned, groups <= kBulkChunksMax chunks.
-__device__ __forceinline__ void stageXBulk(const float* __restrict__ x, std::int64_t in, int groups, std::uint8_t* planes,
-                                           float* factors, std::uint64_t* barriers) {
-#if __CUDA_ARCH__ >= 900
-    float4* const raw = reinterpret_cast<float4*>(planes + bulkRawOffset(groups));
-    const int chunks = bulkChunks(groups);
-    constexpr std::int64_t kChunkInputs = kBulkGroupsPerChunk * 128;
-    if (threadIdx.x == 0) {
-        for (int c = 0; c < chunks; ++c) {
-            const std::int64_t first = c * kChunkInputs;
-            const unsigned bytes = static_cast<unsigned>(min(in - first, kChunkInputs) * 4);
-            expectBytes(&barriers[c], bytes);
-            bulkCopy(raw + first / 4, x + first, bytes, &barriers[c]);
-        }
-    }
-    const int lane = static_cast<int>(threadIdx.x & 31);
-    const int k = lane >> 3, j = lane & 7;  // the warp's group k, lane j of it
-    const int warpGroup = static_cast<int>(threadIdx.x >> 5) * 4 + k;
-    const std::int64_t stride = planeBytes(groups);
-    for (int c = 0; c < chunks; ++c) {
-        const int G = c * kBulkGroupsPerChunk + warpGroup;
-        waitParity(&barriers[c], 0);
-        float4 v[4];
-        int slot[4];  // v[s] = inputs 4·slot[s] .. +3 of the group (zero past `in`)
-        std::uint32_t maxBits = 0;
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            slot[s] = ((s + k) & 3) * 8 + j;
-            const bool live = G < groups && static_cast<std::int64_t>(G) * 128 + slot[s] * 4 < in;
-            v[s] = live ? raw[G * 32 + slot[s]] : make_float4(0.f, 0.f, 0.f, 0.f);
-            maxBits = max(max(max(maxBits, absBits(v[s].x)), max(absBits(v[s].y), absBits(v[s].z))), absBits(v[s].w));
-        }
-#pragma unroll
-        for (int m = 1; m < 8; m <<= 1) maxBits = max(maxBits, __shfl_xor_sync(0xffffffffu, maxBits, m));
-        if (G >= groups) continue;
-        const int e = formats::fp4decode::integerExponent(maxBits);
-        const float up = formats::fp4decode::powerOfTwo(e);
-        if (j == 0) factors[G] = formats::fp4decode::integerFactor(maxBits, e);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            using formats::fp4decode::integerBits;
-            std::uint32_t plane[kPlanes];
-            formats::fp4decode::integerPlanes(integerBits(v[s].x, up), integerBits(v[s].y, up), integerBits(v[s].z, up),
-                                              integerBits(v[s].w, up), plane);
-#pragma unroll
-            for (int p = 0; p < kPlanes; ++p)
-                *reinterpret_cast<std::uint32_t*>(planes + p * stride + static_cast<std::int64_t>(G) * 128 + slot[s] * 4) = plane[p];
-        }
-    }
-#endif
-}
-
 // The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
 // re-read the last row, a valid address, and are not stored).
 // GeGLU's up rows sit at a fixed distance from the gate rows (one segment), taken from the
@@ -878,8 +794,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
     __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
     __shared__ float normScratch[INTEGER ? 32 : 1];  // blockSum's, for the input norm
-    __shared__ std::uint64_t bulkBarriers[INTEGER ? kBulkChunksMax : 1];  // stageXBulk's chunks
-    const bool bulkX = INTEGER && args.bulkX;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -944,7 +858,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         if (u < items) fetch(u);
     }
     GEMMA_PHASE_MARK(1);  // the first items' weight loads issued
-    if (bulkX) initBulkX(bulkBarriers, groups);
     gridDependencyWait();
     GEMMA_PHASE_MARK(2);  // the dependency wait
 
@@ -956,8 +869,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups, threadIdx.x);
-        if (bulkX) stageXBulk(args.x, in, groups, intPlanes, intFactors, bulkBarriers);
-        else if (!args.norm.residualIn)
+        if (!args.norm.residualIn)
             stageXInteger(args.x, in, groups, intPlanes, intFactors, [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
@@ -1113,13 +1025,6 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
     return KernelStatus::Ok;
 }
 
-// Resident blocks per SM of the tensor-core kernel with `smem` bytes of dynamic shared memory: 2
-// by the launch bounds, 1 when two do not fit.
-inline int mmaBlocksPerSm(std::size_t smem, const DeviceFacts& facts) {
-    constexpr std::size_t kStaticReserve = 4096;  // the kernel's static shared memory, rounded up
-    return 2 * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm) ? 1 : 2;
-}
-
 // Launches a persistent batch-1 kernel. Raises its dynamic shared-memory limit to the largest size
 // seen (per instance), from the first launch on: the kernel's static arrays count against the
 // default 48 KB too, so x of exactly 48 KB (12288 inputs, hi + lo) already needs it (e2b's wide
@@ -1136,7 +1041,10 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
         if (err != cudaSuccess) return err;
         raised = smem;
     }
-    const int resident = mmaBlocksPerSm(smem, facts) * facts.smCount;
+    constexpr std::size_t kStaticReserve = 4096;  // the kernel's static shared memory, rounded up
+    int perSm = 2;
+    while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
+    const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
     return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
@@ -1174,17 +1082,9 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     }
     const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
     const XForm form = p.singleHalfX ? XForm::Fp16Single : p.fp16X ? XForm::Fp16Split : XForm::Integer;
-    std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
-                                              : static_cast<std::size_t>(groups) * 16 * 16 * (form == XForm::Fp16Split ? 2 : 1);
+    const std::size_t smem = form == XForm::Integer ? static_cast<std::size_t>(integerXBytes(groups))
+                                                    : static_cast<std::size_t>(groups) * 16 * 16 * (form == XForm::Fp16Split ? 2 : 1);
     if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) return KernelStatus::Unsupported;
-    // x by bulk copies where asked and where it applies: integer x read as given (no input norm),
-    // sm_90+, whole 16-byte copies, at most kBulkChunksMax chunks, and as many blocks per SM as
-    // without the fp32 copy (elsewhere x is staged through registers, the same bits).
-    const std::size_t bulkSmem = static_cast<std::size_t>(bulkXBytes(groups));
-    args.bulkX = p.bulkX && form == XForm::Integer && !p.inputNorm.residualIn && facts.computeMajor >= 9 && p.in % 4 == 0 &&
-                 bulkChunks(groups) <= kBulkChunksMax && bulkSmem <= static_cast<std::size_t>(facts.maxSharedPerBlockOptin) &&
-                 mmaBlocksPerSm(bulkSmem, facts) == mmaBlocksPerSm(smem, facts);
-    if (args.bulkX) smem = bulkSmem;
     const bool pdl = p.programmaticLaunch;
     // D items in flight × GPI groups per item: the loads one warp holds in registers (within the
     // 128 that two blocks per SM allow). Plain matvec 4 × 1 (or the two-group-item experiment

@@ -49,12 +49,6 @@ struct Fp4MatvecParams {
     bool forceCudaCores = false;
     bool fp16X = false;
     bool singleHalfX = false;
-    // Integer tensor-core path, x read as given (no inputNorm), sm_90+: every block copies x into
-    // shared memory with the copy engine (cp.async.bulk, in 16 KB chunks, each converted to the
-    // integer planes as soon as it lands) instead of loading it through registers; the same
-    // results bit for bit. Ignored where it does not apply (in % 4 != 0, in > 32768, or the fp32
-    // copy would cost a resident block per SM). docs/PERFORMANCE.md version 28.
-    bool bulkX = false;
     // Tensor-core path, plain matvec only: each warp's item is two groups instead of one, so the
     // per-item bookkeeping (addresses, tile checks) is paid once per 2 KB. An experiment, off by
     // default: measured on the H200, -15 % to +9 % per shape with fp16 x, -5 % to +12 % with

@@ -171,11 +171,6 @@ struct OpenOptions {
     // decode step 1.9 % more (version 27); same results bit for bit. false: the row layout
     // (comparisons).
     bool tiledWeights = true;
-    // CUDA (sm_90+): the batch-1 integer matvecs whose x is read as given (o and down in a decode
-    // step; the others fold their input norm into staging) copy x into shared memory with the
-    // copy engine in 16 KB chunks, converting each as it lands, instead of loading it through
-    // registers (Fp4MatvecParams::bulkX; same results bit for bit). docs/PERFORMANCE.md version 28.
-    bool bulkMatvecInput = false;
     // CUDA: a decode step's attention per layer is one launch: the q/k/v norm + RoPE + KV-cache
     // write and the split-K merge run inside the split kernel (AttentionDecode.cu, "Fusions"; same
     // results bit for bit, docs/PERFORMANCE.md version 6). false: three launches (comparisons).
