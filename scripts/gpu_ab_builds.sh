@@ -9,7 +9,9 @@
 #                    a run is labelled with its directory's name (default: none)
 #   GEMMA_AB_VARIANTS  ';'-separated gemma-bench flag sets run on the working tree's build (default:
 #                    one empty set, the defaults), each a run of its own in every round; labelled
-#                    with its flags ("defaults" for the empty set), after "new" where there are bases
+#                    with its flags ("defaults" for the empty set), after "new" where there are bases.
+#                    A set's NAME=VALUE words are put in that run's environment instead of its flags
+#                    (a temporary switch read with getenv, e.g. "GEMMA_X=1 --no-pdl")
 #   GEMMA_AB_ARGS    flags for every run (default: --skip prefill,kernels --allocations 4096 --depths 32768)
 #   GEMMA_AB_ROUNDS  rounds (default 2; 0 = build and parity only)
 #   GEMMA_AB_PARITY  0 skips the parity tests (a second call on a warm machine after a first one)
@@ -57,11 +59,16 @@ fi
 markdown=$(mktemp)
 IFS=';' read -r -a variants <<< "${GEMMA_AB_VARIANTS:-}"
 [ ${#variants[@]} -eq 0 ] && variants=("")
-runBench() {  # runBench BENCH LABEL [FLAGS...]
-  local bench=$1 label=$2
+runBench() {  # runBench BENCH LABEL [NAME=VALUE...] [FLAGS...]
+  local bench=$1 label=$2 word
+  local environment=() flags=()
   shift 2
+  for word in "$@"; do
+    if [[ $word =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then environment+=("$word"); else flags+=("$word"); fi
+  done
   : > "$markdown"
-  "$bench" --preset "${GEMMA_AB_PRESET:-12b}" ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} "$@" --markdown "$markdown" > /dev/null 2>&1
+  env "${environment[@]}" "$bench" --preset "${GEMMA_AB_PRESET:-12b}" ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} \
+    "${flags[@]}" --markdown "$markdown" > /dev/null 2>&1
   echo "=== round $round: [$label] exit $?" >> "$out/ab.txt"
   cat "$markdown" >> "$out/ab.txt"
 }
