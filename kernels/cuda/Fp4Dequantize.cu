@@ -32,10 +32,11 @@
 // come from fp4tiled::chunkOffset(row, c, groups), the scale from half scaleShift(row) of word
 // scaleWord(row, c / 4, groups), and the codes are read back from their stored form
 // (fromStoredCodes). So decode, pair swap and stores are shared, the output is the same bits (a
-// −0 code excepted: the tiled layout stores it as +0), and the pair argument above still holds (it is about row-layout chunk indices). A
-// warp's 32 chunks are then 8 runs of 64 contiguous bytes (the 4 chunks of one row's group sit
-// together in an item), 1 KB apart: whole 32-byte sectors still, one more integer division per
-// chunk for (row, c). TILED is a template parameter so that the row-layout kernel is unchanged.
+// −0 code excepted: the tiled layout stores it as +0), and the pair argument above still holds
+// (it is about row-layout chunk indices). A warp's 32 chunks are then 8 runs of 64 contiguous
+// bytes (the 4 chunks of one row's group sit together in an item), 1 KB apart: whole 32-byte
+// sectors still, one more integer division per chunk for (row, c). TILED is a template parameter
+// so that the row-layout kernel is unchanged.
 //
 // Preconditions (checked by the launcher): codes and y 16-byte aligned, tiled scales 4-byte
 // aligned, ldOut % 8 == 0, ldOut >= in >= 1, out >= 1, out × fp4RowBytes(in) / 16 < 2^31.
