@@ -718,8 +718,8 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
 struct TileRows {
     const std::uint8_t *codesA, *codesB;
     const std::uint16_t *scalesA, *scalesB;
-    const uint4* tiled;                 // the tile's first item + lane (tiled layout)
-    const std::uint32_t* tiledScales;  // the tile's first item's scale words + g
+    const uint4* tiled;                 // the warp's next item of the tile + lane (tiled layout)
+    const std::uint32_t* tiledScales;  // that item's scale words + g
 };
 
 __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
@@ -730,8 +730,10 @@ __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
     return seg;
 }
 
-// The code pointers include the lane's offset inside a group's 64-byte slice (q·16).
-__device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int g, int q, int groups) {
+// The code pointers include the lane's offset inside a group's 64-byte slice (q·16); the tiled
+// pointers start at the warp's first item of the tile (group `warp`), and the fetch advances them
+// by kMmaWarps items, so that a tiled item's addresses cost two pointer increments.
+__device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int warp, int g, int q, int groups) {
     const MmaSegment& S = args.segment[segmentOf(args, tile)];
     const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
     const std::int64_t rowA = min(row0 + g, S.out - 1);
@@ -742,7 +744,7 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
     t.codesB = S.codes + rowB * rowBytes + q * 16;
     t.scalesA = S.scales + rowA * groups;
     t.scalesB = S.scales + rowB * groups;
-    const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups;
+    const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups + warp;
     t.tiled = reinterpret_cast<const uint4*>(S.codes) + item0 * 64 + g * 4 + q;
     t.tiledScales = reinterpret_cast<const std::uint32_t*>(S.scales) + item0 * 8 + g;
     return t;
@@ -809,7 +811,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
     int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
-    if (items > 0) loadRows = tileRows(args, blockIdx.x, g, q, groups);
+    if (items > 0) loadRows = tileRows(args, blockIdx.x, warp, g, q, groups);
+    // GeGLU's up weight sits at a fixed distance from the gate (one segment): in the tiled layout's
+    // 16-byte and 4-byte units, once.
+    const std::ptrdiff_t tiledUpDelta = GEGLU ? (args.segment[0].upCodes - args.segment[0].codes) / 16 : 0;
+    const std::ptrdiff_t tiledUpScaleDelta = GEGLU ? (args.segment[0].upScales - args.segment[0].scales) / 2 : 0;
     static_assert(!TILED || GPI == 1, "the tiled layout: one group per item");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
@@ -820,23 +826,24 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         for (int s = 0; s < GPI; ++s) {
             const int local = loadItem * GPI + s;
             if (GPI > 1 && local >= myGroups) break;  // a partial last item: its slot is not read
+            if constexpr (TILED) {  // GPI 1: the warp's next item, then the one kMmaWarps groups on
+                const uint4* item = loadRows.tiled;
+                dst[s].rowA = ldgStream16(item);
+                dst[s].rowB = ldgStream16(item + 32);
+                dst[s].scales = __ldg(loadRows.tiledScales);
+                if constexpr (GEGLU) {
+                    const uint4* upItem = item + tiledUpDelta;
+                    dstUp[s].rowA = ldgStream16(upItem);
+                    dstUp[s].rowB = ldgStream16(upItem + 32);
+                    dstUp[s].scales = __ldg(loadRows.tiledScales + tiledUpScaleDelta);
+                }
+                loadRows.tiled += kMmaWarps * 64;
+                loadRows.tiledScales += kMmaWarps * 8;
+                continue;
+            }
             const int G = warp + local * kMmaWarps;
             const std::ptrdiff_t codeDelta = GEGLU ? args.segment[0].upCodes - args.segment[0].codes : 0;
             const std::ptrdiff_t scaleDelta = GEGLU ? args.segment[0].upScales - args.segment[0].scales : 0;
-            if constexpr (TILED) {
-                const uint4* item = loadRows.tiled + static_cast<std::int64_t>(G) * 64;
-                dst[s].rowA = ldgStream16(item);
-                dst[s].rowB = ldgStream16(item + 32);
-                dst[s].scales = __ldg(loadRows.tiledScales + G * 8);
-                if constexpr (GEGLU) {  // the same distances as codeDelta and scaleDelta, in 16 and 4 bytes
-                    const std::ptrdiff_t tiledDelta = codeDelta / 16;
-                    const std::ptrdiff_t tiledScaleDelta = scaleDelta / 2;
-                    dstUp[s].rowA = ldgStream16(item + tiledDelta);
-                    dstUp[s].rowB = ldgStream16(item + tiledDelta + 32);
-                    dstUp[s].scales = __ldg(loadRows.tiledScales + tiledScaleDelta + G * 8);
-                }
-                continue;
-            }
             loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, dst[s]);
             if constexpr (GEGLU)
                 loadGroupRows(loadRows.codesA + codeDelta, loadRows.codesB + codeDelta, loadRows.scalesA + scaleDelta,
@@ -845,7 +852,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         if (++loadItem == myItems) {
             loadItem = 0;
             if (++loadTile < myTiles)
-                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, g, q, groups);
+                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, warp, g, q, groups);
         }
     };
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
