@@ -525,70 +525,6 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
     }
 }
 
-// A lane's partial q·k over its N dims of key t (0 past count), in the per-key form's fma order.
-template <typename KvT, int N>
-__device__ __forceinline__ float lanePartialDot(const unsigned char* rows, int rowBytes, int t, int count, int lane,
-                                                const float (&q)[N]) {
-    float s = 0.0f;
-    if (t < count) {
-        float kv[N];
-        loadLaneDims<KvT, N>(rows + t * rowBytes, lane, kv);
-#pragma unroll
-        for (int i = 0; i < N; ++i) s = fmaf(q[i], kv[i], s);
-    }
-    return s;
-}
-// One level of laneKeyScores' reduce-scatter: the lanes that differ in `BIT` exchange half of their
-// HALF·2 sums; a lane with the bit set keeps the upper half, its partner the lower.
-template <int HALF, int BIT, int SIZE>
-__device__ __forceinline__ void reduceScatterLevel(float (&part)[SIZE], int lane) {
-    const bool upper = (lane & BIT) != 0;
-#pragma unroll
-    for (int i = 0; i < HALF; ++i) {
-        const float send = upper ? part[i] : part[i + HALF];
-        const float keep = upper ? part[i + HALF] : part[i];
-        part[i] = keep + __shfl_xor_sync(0xffffffffu, send, BIT);
-    }
-}
-// One warp's scores of up to K keys (K 16 or 32) for one query head, one key per lane at the end:
-// lane t returns key t's q·k (t < count; other lanes a copy of some key's). Each lane first forms
-// its N dims' partial dot product for every key (the per-key form's fma order), then a butterfly
-// reduce-scatter sums the partials over the lanes with half the values exchanged at each level:
-// 31 shuffles for 32 keys, 17 for 16 (with the last pair sum and the move), where a warp sum
-// per key takes 5. The pairs added at each level are warpSum's (offsets 16, 8, 4, 2, 1), so every score
-// has the per-key form's bits. At K 16 a lane ends with key lane >> 1, moved to lane t by one
-// more shuffle.
-template <typename KvT, int N, int K>
-__device__ __forceinline__ float laneKeyScores(const unsigned char* rows, int rowBytes, int count, int lane,
-                                               const float (&q)[N]) {
-    static_assert(K == 16 || K == 32, "one or two keys per lane pair");
-    constexpr int kHalf = K / 2;
-    // The first level (bit 16) is taken as each key pair's partials are formed, so that at most
-    // K/2 sums are live (all K partials at once spilled at 128 registers). The levels are
-    // templates: as one loop over levels the sums went to local memory.
-    const bool upper16 = (lane & 16) != 0;
-    float part[kHalf];
-#pragma unroll
-    for (int i = 0; i < kHalf; ++i) {
-        const float lower = lanePartialDot<KvT, N>(rows, rowBytes, i, count, lane, q);
-        const float higher = lanePartialDot<KvT, N>(rows, rowBytes, i + kHalf, count, lane, q);
-        part[i] = (upper16 ? higher : lower) + __shfl_xor_sync(0xffffffffu, (upper16 ? lower : higher), 16);
-    }
-    if constexpr (K == 32) {
-        reduceScatterLevel<8, 8>(part, lane);
-        reduceScatterLevel<4, 4>(part, lane);
-        reduceScatterLevel<2, 2>(part, lane);
-        reduceScatterLevel<1, 1>(part, lane);
-    } else {
-        reduceScatterLevel<4, 8>(part, lane);
-        reduceScatterLevel<2, 4>(part, lane);
-        reduceScatterLevel<1, 2>(part, lane);
-    }
-    if constexpr (K == 32) return part[0];
-    const float pairSum = part[0] + __shfl_xor_sync(0xffffffffu, part[0], 1);
-    return __shfl_sync(0xffffffffu, pairSum, (lane & 15) * 2);
-}
-
 // G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
 // G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
 // so the scores read q from shared memory.
@@ -765,87 +701,49 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         __syncthreads();
         GEMMA_PHASE_MARK(3);  // the chunk arrived
 
-        // Folds a chunk into head h's online-softmax state (lane 0 of the head's warp): the
-        // running maximum mOld → mNew, the chunk's sum of e^(s − mNew).
-        const auto foldChunk = [&](int h, float mOld, float mNew, float sum) {
-            const float alpha = expf(mOld - mNew);
-            lRow[h] = lRow[h] * alpha + sum;
-            mRow[h] = mNew;
-            alphaRow[h] = alpha;
-        };
-        // Head dim 512 keeps the per-key form: the one pass spilled there (128 registers) at 16
-        // keys and at 32.
-        constexpr bool kOnePass = D < 512;
-        if (kOnePass && count <= 32 && !p.clusterScoresPerKey) {
-            // Scores and softmax in one pass, warp h for head h, one key per lane (laneKeyScores):
-            // no block barrier and no shared-memory round trip between them, and the same bits as
-            // the per-key form below (predicted: a barrier and ≈ 0.5 µs fewer per chunk at the
-            // 12b's short bands, docs/PERFORMANCE.md version 29 step 6). Its time shows under mark 5.
-            if (warp < g) {
-                const int h = warp;
-                float qh[N];
+        // Scores: warp per key, lanes over the dims.
+        for (int t = warp; t < count; t += kClusterWarps) {
+            float kv[N];
+            loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
 #pragma unroll
-                for (int i = 0; i < N; ++i) qh[i] = qs[h * D + lane * N + i];
-                float dot = 0.0f;
-                if constexpr (kOnePass)
-                    dot = count <= 16 ? laneKeyScores<KvT, N, 16>(kRows, kRowBytes, count, lane, qh)
-                                      : laneKeyScores<KvT, N, 32>(kRows, kRowBytes, count, lane, qh);
-                const bool live = lane < count;
-                // Rounded on its own (never contracted into the subtraction below), as the
-                // per-key form's score is, stored to shared memory before its softmax reads it.
-                const float score = __fmul_rn(dot, p.scale);
-                const float tmax = warpMax(live ? score : -INFINITY);
-                const float mOld = mRow[h];
-                const float mNew = fmaxf(mOld, tmax);
-                const float e = live ? expf(score - mNew) : 0.0f;
-                if (live) sc[h * KC + lane] = e;
-                const float sum = warpSum(e);
-                __syncwarp();
-                if (lane == 0) foldChunk(h, mOld, mNew, sum);
-            }
-            __syncthreads();
-            GEMMA_PHASE_MARK(5);  // scores and softmax
-        } else {
-            // Scores: warp per key, lanes over the dims.
-            for (int t = warp; t < count; t += kClusterWarps) {
-                float kv[N];
-                loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
+            for (int h = 0; h < G; ++h) {
+                if (h < g) {
+                    float s = 0.0f;
 #pragma unroll
-                for (int h = 0; h < G; ++h) {
-                    if (h < g) {
-                        float s = 0.0f;
-#pragma unroll
-                        for (int i = 0; i < N; ++i)
-                            s = fmaf(kQInRegisters ? qv[kQInRegisters ? h : 0][i] : qs[h * D + lane * N + i], kv[i], s);
-                        s = warpSum(s);
-                        if (lane == 0) sc[h * KC + t] = s * p.scale;
-                    }
+                    for (int i = 0; i < N; ++i) s = fmaf(kQInRegisters ? qv[kQInRegisters ? h : 0][i] : qs[h * D + lane * N + i], kv[i], s);
+                    s = warpSum(s);
+                    if (lane == 0) sc[h * KC + t] = s * p.scale;
                 }
             }
-            __syncthreads();
-            GEMMA_PHASE_MARK(4);  // scores
-
-            // Online softmax: warp h for head h.
-            if (warp < g) {
-                const int h = warp;
-                float tmax = -INFINITY;
-                for (int t = lane; t < count; t += 32) tmax = fmaxf(tmax, sc[h * KC + t]);
-                tmax = warpMax(tmax);
-                const float mOld = mRow[h];
-                const float mNew = fmaxf(mOld, tmax);
-                float sum = 0.0f;
-                for (int t = lane; t < count; t += 32) {
-                    const float e = expf(sc[h * KC + t] - mNew);
-                    sc[h * KC + t] = e;
-                    sum += e;
-                }
-                sum = warpSum(sum);
-                __syncwarp();
-                if (lane == 0) foldChunk(h, mOld, mNew, sum);
-            }
-            __syncthreads();
-            GEMMA_PHASE_MARK(5);  // softmax
         }
+        __syncthreads();
+        GEMMA_PHASE_MARK(4);  // scores
+
+        // Online softmax: warp h for head h.
+        if (warp < g) {
+            const int h = warp;
+            float tmax = -INFINITY;
+            for (int t = lane; t < count; t += 32) tmax = fmaxf(tmax, sc[h * KC + t]);
+            tmax = warpMax(tmax);
+            const float mOld = mRow[h];
+            const float mNew = fmaxf(mOld, tmax);
+            float sum = 0.0f;
+            for (int t = lane; t < count; t += 32) {
+                const float e = expf(sc[h * KC + t] - mNew);
+                sc[h * KC + t] = e;
+                sum += e;
+            }
+            sum = warpSum(sum);
+            __syncwarp();
+            if (lane == 0) {
+                const float alpha = expf(mOld - mNew);
+                lRow[h] = lRow[h] * alpha + sum;
+                mRow[h] = mNew;
+                alphaRow[h] = alpha;
+            }
+        }
+        __syncthreads();
+        GEMMA_PHASE_MARK(5);  // softmax
 
         // O = alpha·O + Σ_t p_t V_t: thread per dim.
         if (tid < D) {

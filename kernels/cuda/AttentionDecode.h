@@ -101,10 +101,6 @@ struct AttentionDecodeParams {
     // default). 0 or 1: one cluster per kv head. The CUDA backend splits where it pays
     // (clusterHeadSplitPays; docs/PERFORMANCE.md version 19).
     int clusterHeadSplit = 1;
-    // Cluster form: every chunk's scores by a warp per key and its softmax by a warp per head,
-    // a block barrier apart, as before version 29, instead of both in one warp-per-head pass for
-    // chunks of at most 32 keys. The same bits either way: test_attention checks it.
-    bool clusterScoresPerKey = false;
 };
 
 // Whether the cluster form can split a group of `group` query heads per kv head over two clusters

@@ -21,8 +21,7 @@
 //   8, 16), groups of 2, 4 and 8, refusals (groups above 8, two rows), and its time next to the
 //   fused split kernel's; at head dim 256 the same checks and timings for the heads split over
 //   two clusters (clusterHeadSplit, bit for bit against one cluster per kv head; refused at other
-//   head dims and odd groups); the one-pass scores and softmax of chunks of at most 32 keys bit
-//   for bit against the per-key form (clusterScoresPerKey); on the timed full-layer fixtures (e2b's and e4b's shapes) also the
+//   head dims and odd groups); on the timed full-layer fixtures (e2b's and e4b's shapes) also the
 //   time of the engine's default form for full layers (norm + RoPE kernel, tensor-core pieces,
 //   merge kernel).
 // - the tensor-core pieces with the norm + RoPE inside (tensorCores + fuseNormRope) on every fused
@@ -515,19 +514,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         };
         std::vector<float> oneCluster, other;
         clusterChecks(c, "cluster ", oneCluster);
-        // Chunks of at most 32 keys take their scores and softmax in one warp-per-head pass
-        // (head dims below 512); the per-key form, a warp per key and a barrier before the
-        // softmax, must give the same bits (its sums pair the lanes in the same order).
-        {
-            gc::AttentionDecodeParams perKey = c;
-            perKey.clusterScoresPerKey = true;
-            std::vector<float> perKeyOut;
-            const bool cachesSame = repeatedLaunches(perKey, [&](const std::vector<float>& out) { perKeyOut = out; });
-            report.addCheck("cluster " + f.name + ": one-pass scores and softmax bit-identical to the per-key form",
-                            cachesSame && perKeyOut.size() == oneCluster.size() &&
-                                std::memcmp(perKeyOut.data(), oneCluster.data(), perKeyOut.size() * sizeof(float)) == 0,
-                            "cluster size " + std::to_string(gc::attentionDecodeSplits(c)));
-        }
         // The head split (clusterHeadSplit 2): the same arithmetic per head as one cluster per kv
         // head, so at the same cluster size the same bits; refused off head dim 256 or odd groups.
         gc::AttentionDecodeParams split = c;
@@ -796,9 +782,8 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
 #ifdef GEMMA_PHASE_CLOCK
                 // Where the launch's time goes (AttentionDecode.cu's marks 1-9), over 200 launches.
                 harness::appendPhases(perf, "",
-                                      {"", "band issue + wait", "prologue (norm + RoPE)", "chunk arrival", "scores (per-key form)",
-                                       "softmax (one pass: + scores)", "P.V", "O stored + cluster barrier", "merge",
-                                       "second cluster barrier"},
+                                      {"", "band issue + wait", "prologue (norm + RoPE)", "chunk arrival", "scores", "softmax", "P.V",
+                                       "O stored + cluster barrier", "merge", "second cluster barrier"},
                                       [&] { launches200(t); });
 #endif
             }
