@@ -17,7 +17,15 @@
 #   GEMMA_AB_PARITY  0 skips the parity tests (a second call on a warm machine after a first one)
 #   GEMMA_AB_PRESET  the gemma-bench preset (default 12b)
 #   GEMMA_PARITY_REPEAT  runs of the parity tests (scripts/gpu_parity.sh; default 1)
-# Output: $OUT/ab.txt: the parity summary and per-model figures, then per run the bench markdown.
+#   GEMMA_AB_HARNESSES  kernel harnesses (tests/kernels targets, e.g. "test_attention") built and run
+#                    on the working tree after the parity tests (GEMMA_HARNESS_QUICK=1 for small
+#                    fixtures, as the harnesses read it); their SUMMARY and FAIL lines go to ab.txt,
+#                    a failing harness's log stays in $OUT, and a failure ends the call before the A/B
+#   GEMMA_AB_PHASES  ';'-separated attention phase cases (scripts/gpu_phases.sh's GPU_PHASE_CASES,
+#                    e.g. "12b sliding pos 150 f32") timed with the phase clock on every base and on
+#                    the working tree, each from its own tree, before the A/B; into ab.txt
+# Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries and the
+# phases where asked, then per run the bench markdown.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -55,6 +63,31 @@ if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
   bash scripts/gpu_parity.sh /tmp/gemma-build "$out" | tee "$out/ab.txt"
   grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"
   grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
+fi
+if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
+  source scripts/lib/build_harnesses.sh
+  build_harnesses /tmp/gemma-kernels-build "$out/harness-build.log" ${GEMMA_AB_HARNESSES} | tee -a "$out/ab.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+  rm -f "$out/harness-build.log"
+  for h in ${GEMMA_AB_HARNESSES}; do
+    timeout 400 "/tmp/gemma-kernels-build/$h" > "$out/$h.log" 2>&1
+    rc=$?
+    { echo "harness $h: exit $rc"; grep -E "^SUMMARY|FAIL" "$out/$h.log" | head -40; } | tee -a "$out/ab.txt"
+    [ $rc = 0 ] || exit 1
+    rm -f "$out/$h.log"
+  done
+fi
+if [ -n "${GEMMA_AB_PHASES:-}" ]; then
+  # Each tree times its own kernels: a base's from the tree buildBase laid out.
+  phases() {  # phases SOURCE LABEL
+    local phaseOut="$out/phases-$2"
+    OUT="$phaseOut" GPU_KERNELS_BUILD="/tmp/gemma-phases-$2-build" GPU_PHASE_SHAPES="" GPU_PHASE_CASES="$GEMMA_AB_PHASES" \
+      bash "$1/scripts/gpu_phases.sh" > /dev/null 2>&1
+    { echo "=== phases [$2]"; cat "$phaseOut/phases.txt" 2>/dev/null || echo "(no phases: the build failed)"; } >> "$out/ab.txt"
+    rm -rf "$phaseOut"
+  }
+  for b in "${bases[@]}"; do phases "/tmp/gemma-ab-$(basename "$b")-src" "$(basename "$b")"; done
+  phases "$root" new
 fi
 markdown=$(mktemp)
 IFS=';' read -r -a variants <<< "${GEMMA_AB_VARIANTS:-}"
