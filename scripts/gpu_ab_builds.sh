@@ -23,7 +23,9 @@
 #                    a failing harness's log stays in $OUT, and a failure ends the call before the A/B
 #   GEMMA_AB_PHASES  ';'-separated attention phase cases (scripts/gpu_phases.sh's GPU_PHASE_CASES,
 #                    e.g. "12b sliding pos 150 f32") timed with the phase clock on every base and on
-#                    the working tree, each from its own tree, before the A/B; into ab.txt
+#                    the working tree, each from its own tree, before the A/B; into ab.txt (a base
+#                    then needs its own version of a changed harness source too, e.g. a kernel's
+#                    test file that uses a new parameter)
 # Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries and the
 # phases where asked, then per run the bench markdown.
 set -uo pipefail
