@@ -83,8 +83,9 @@ if [ -n "${GEMMA_AB_PHASES:-}" ]; then
   # Each tree times its own kernels: a base's from the tree buildBase laid out.
   phases() {  # phases SOURCE LABEL
     local phaseOut="$out/phases-$2"
-    OUT="$phaseOut" GPU_KERNELS_BUILD="/tmp/gemma-phases-$2-build" GPU_PHASE_SHAPES="" GPU_PHASE_CASES="$GEMMA_AB_PHASES" \
-      bash "$1/scripts/gpu_phases.sh" > /dev/null 2>&1
+    # Timed: never in quick mode, whatever GEMMA_HARNESS_QUICK says for GEMMA_AB_HARNESSES.
+    env -u GEMMA_HARNESS_QUICK OUT="$phaseOut" GPU_KERNELS_BUILD="/tmp/gemma-phases-$2-build" GPU_PHASE_SHAPES="" \
+      GPU_PHASE_CASES="$GEMMA_AB_PHASES" bash "$1/scripts/gpu_phases.sh" > /dev/null 2>&1
     { echo "=== phases [$2]"; cat "$phaseOut/phases.txt" 2>/dev/null || echo "(no phases: the build failed)"; } >> "$out/ab.txt"
     rm -rf "$phaseOut"
   }
