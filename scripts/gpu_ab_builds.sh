@@ -86,7 +86,12 @@ if [ -n "${GEMMA_AB_PHASES:-}" ]; then
     # Timed: never in quick mode, whatever GEMMA_HARNESS_QUICK says for GEMMA_AB_HARNESSES.
     env -u GEMMA_HARNESS_QUICK OUT="$phaseOut" GPU_KERNELS_BUILD="/tmp/gemma-phases-$2-build" GPU_PHASE_SHAPES="" \
       GPU_PHASE_CASES="$GEMMA_AB_PHASES" bash "$1/scripts/gpu_phases.sh" > /dev/null 2>&1
-    { echo "=== phases [$2]"; cat "$phaseOut/phases.txt" 2>/dev/null || echo "(no phases: the build failed)"; } >> "$out/ab.txt"
+    {
+      echo "=== phases [$2]"
+      cat "$phaseOut/phases.txt" 2>/dev/null
+      # gpu_phases.sh keeps its build log only when the build failed.
+      [ -f "$phaseOut/build.log" ] && { echo "(the phase clock's build failed:)"; tail -20 "$phaseOut/build.log"; }
+    } >> "$out/ab.txt"
     rm -rf "$phaseOut"
   }
   for b in "${bases[@]}"; do phases "/tmp/gemma-ab-$(basename "$b")-src" "$(basename "$b")"; done
