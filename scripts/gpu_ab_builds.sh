@@ -48,8 +48,10 @@ configure() {  # configure SOURCE BUILD TARGETS...
 # base directories left out). Times kept (tar and cp -p), so that a second call on a warm machine
 # rebuilds nothing.
 baseBuild() { echo "/tmp/gemma-ab-$(basename "$1")-build"; }
+baseSource() { echo "/tmp/gemma-ab-$(basename "$1")-src"; }
 buildBase() {
-  local base=$1 src="/tmp/gemma-ab-$(basename "$1")-src"
+  local base=$1 src
+  src=$(baseSource "$1")
   local excludes=(--exclude=./build)
   for b in "${bases[@]}"; do excludes+=(--exclude="./$(realpath --relative-to="$root" "$b")"); done
   rm -rf "$src" && mkdir -p "$src"
@@ -94,7 +96,7 @@ if [ -n "${GEMMA_AB_PHASES:-}" ]; then
     } >> "$out/ab.txt"
     rm -rf "$phaseOut"
   }
-  for b in "${bases[@]}"; do phases "/tmp/gemma-ab-$(basename "$b")-src" "$(basename "$b")"; done
+  for b in "${bases[@]}"; do phases "$(baseSource "$b")" "$(basename "$b")"; done
   phases "$root" new
 fi
 markdown=$(mktemp)
