@@ -2,6 +2,11 @@
 // norm + RoPE kernel (NormRopeCache.cu) and the fused attention prologue (AttentionDecode.cu)
 // share, so both give the same bits. The math is GEMMA4.md §2.5 and §3 (see NormRopeCache.cu).
 // Device-only, header-only (a harness may #include several production .cu files).
+// "The same bits" rests on the compiler contracting the multiply-adds below alike in every caller
+// (run-time head dim in NormRopeCache.cu, compile-time in the attention kernels): a refactor of
+// this function once broke it at head dims 32 and 64, and spelling the roundings out with
+// __fmul_rn / __fmaf_rn fixed it but cost 0.3 % of the 12b's decode step (docs/PERFORMANCE.md
+// version 30 step 2). Any edit here must pass test_attention's fused checks at every head dim.
 #pragma once
 
 #include <kernels/WeightFormats.h>
