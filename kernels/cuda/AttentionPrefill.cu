@@ -57,7 +57,11 @@
 // ---- Key splits (the decode step's full layers) -------------------------------------------------
 // One query row has one query tile per kv head: a 12b full layer (16 heads, 1 kv head) is one
 // block. With AttentionPrefillParams::splits > 1 (Flash-Decoding) grid z cuts the row's band into
-// pieces of whole tiles; each block runs the loop above over its piece and writes unnormalised
+// pieces of whole multiples of kPieceKeys = 16 keys (half a d512 tile: at short bands the band's
+// blocks each read half as many K/V bytes as with whole-tile pieces, the part of a piece's time
+// that one SM's share of the read rate sets; docs/PERFORMANCE.md version 30 step 4; a piece's
+// tiles start at its first key and mask the keys past its last, as at a band's edges); each block
+// runs the loop above over its piece and writes unnormalised
 // partials (O, m, l) in AttentionDecode.cu's layout, whose merge kernel combines them. Used by
 // launchAttentionDecode with AttentionDecodeParams::tensorCores (docs/PERFORMANCE.md version 8).
 //
@@ -231,9 +235,9 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
 }
 
 // The band [lo, hi] of the query at `pos` (empty: lo > hi); with p.splits > 1 (one row) only
-// piece `piece` of it: the band cut into p.splits pieces of whole BN-key tiles from its start
-// (empty past the band's end).
-template <int BN>
+// piece `piece` of it: the band cut into p.splits pieces of whole multiples of kPieceKeys from its
+// start (empty past the band's end).
+constexpr int kPieceKeys = 16;
 __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int pos, unsigned piece, int& lo, int& hi) {
     const long long len = static_cast<long long>(pos) + 1;
     long long first = 0;
@@ -243,7 +247,7 @@ __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int p
     hi = pos;  // pos < 0: empty band, NaN output
     if (p.splits > 1) {
         const long long n = static_cast<long long>(hi) - lo + 1;
-        const long long length = n > 0 ? ((n + p.splits - 1) / p.splits + BN - 1) / BN * BN : 0;
+        const long long length = n > 0 ? ((n + p.splits - 1) / p.splits + kPieceKeys - 1) / kPieceKeys * kPieceKeys : 0;
         const long long pieceLo = lo + length * piece;
         const long long pieceHi = pieceLo + length - 1 < hi ? pieceLo + length - 1 : hi;
         lo = pieceLo <= pieceHi ? static_cast<int>(pieceLo) : 1;
@@ -323,7 +327,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
             const int r = m / G;
             const int h = kvh * G + (m - r * G);
             // With splits > 1 (one row, validated) this block attends to piece blockIdx.z only.
-            bandPiece<BN>(p, p.positions[r], blockIdx.z, lo[i], hi[i]);
+            bandPiece(p, p.positions[r], blockIdx.z, lo[i], hi[i]);
             qRow[i] = p.q + r * p.qStride + static_cast<long long>(h) * D;
             oRow[i] = p.out + r * p.outStride + static_cast<long long>(h) * D;
             if (lo[i] <= hi[i]) {
@@ -356,7 +360,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         const QkvNormRopeParams& r = p.normRope;
         const int pos = p.positions[0];
         int pieceLo, pieceHi;
-        bandPiece<BN>(p, pos, blockIdx.z, pieceLo, pieceHi);
+        bandPiece(p, pos, blockIdx.z, pieceLo, pieceHi);
         if (pieceLo <= pieceHi) {  // block-uniform; a piece without keys needs no q
             // Tasks, one warp each: K and V of the query's position (when this piece holds it, the
             // last of its band), then the tile's query heads.
