@@ -57,11 +57,7 @@
 // ---- Key splits (the decode step's full layers) -------------------------------------------------
 // One query row has one query tile per kv head: a 12b full layer (16 heads, 1 kv head) is one
 // block. With AttentionPrefillParams::splits > 1 (Flash-Decoding) grid z cuts the row's band into
-// pieces of whole multiples of kPieceKeys = 16 keys (half a d512 tile: at short bands the band's
-// blocks each read half as many K/V bytes as with whole-tile pieces, the part of a piece's time
-// that one SM's share of the read rate sets; docs/PERFORMANCE.md version 30 step 4; a piece's
-// tiles start at its first key and mask the keys past its last, as at a band's edges); each block
-// runs the loop above over its piece and writes unnormalised
+// pieces of whole tiles; each block runs the loop above over its piece and writes unnormalised
 // partials (O, m, l) in AttentionDecode.cu's layout, whose merge kernel combines them. Used by
 // launchAttentionDecode with AttentionDecodeParams::tensorCores (docs/PERFORMANCE.md version 8).
 //
@@ -77,13 +73,10 @@
 // block's barrier has passed, and a second barrier frees the area for the first K tile. The blocks
 // whose piece holds the query's position (the last non-empty piece; one per kv head and query tile)
 // also normalise and rotate that position's K, normalise its V and write both into the cache slot
-// (storeKv: the norm kernel's rounding), in the same round of warps. The first `stages` phases of
-// tile loads are issued before the norm + RoPE so that they overlap it (version 30 step 4 of
-// docs/PERFORMANCE.md), without the query's own K/V row: the K and V warps write that row into the
-// raw slots directly, in the cache's rounding, before the block barrier that precedes every
-// conversion. Later phases read the cache with cp.async (non-bulk: generic-proxy reads by the
-// issuing thread, not TMA, so no proxy fence) after that barrier, so they read the row the block
-// wrote; no other piece holds that slot (it holds position p − capacity, outside every band). With several
+// (storeKv: the norm kernel's rounding), in the same round of warps. The tile loads read the cache
+// with cp.async (non-bulk: generic-proxy reads by the issuing thread, not TMA, so no proxy fence),
+// issued only after the block barrier that follows the writes, so the block reads the row it wrote;
+// no other piece holds that slot (it holds position p − capacity, outside every band). With several
 // query tiles per kv head (groups above the tile's rows) each tile's block writes the row, the same
 // bits. Nothing writes q: other blocks read it raw.
 //
@@ -238,9 +231,9 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
 }
 
 // The band [lo, hi] of the query at `pos` (empty: lo > hi); with p.splits > 1 (one row) only
-// piece `piece` of it: the band cut into p.splits pieces of whole multiples of kPieceKeys from its
-// start (empty past the band's end).
-constexpr int kPieceKeys = 16;
+// piece `piece` of it: the band cut into p.splits pieces of whole BN-key tiles from its start
+// (empty past the band's end).
+template <int BN>
 __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int pos, unsigned piece, int& lo, int& hi) {
     const long long len = static_cast<long long>(pos) + 1;
     long long first = 0;
@@ -250,7 +243,7 @@ __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int p
     hi = pos;  // pos < 0: empty band, NaN output
     if (p.splits > 1) {
         const long long n = static_cast<long long>(hi) - lo + 1;
-        const long long length = n > 0 ? ((n + p.splits - 1) / p.splits + kPieceKeys - 1) / kPieceKeys * kPieceKeys : 0;
+        const long long length = n > 0 ? ((n + p.splits - 1) / p.splits + BN - 1) / BN * BN : 0;
         const long long pieceLo = lo + length * piece;
         const long long pieceHi = pieceLo + length - 1 < hi ? pieceLo + length - 1 : hi;
         lo = pieceLo <= pieceHi ? static_cast<int>(pieceLo) : 1;
@@ -330,7 +323,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
             const int r = m / G;
             const int h = kvh * G + (m - r * G);
             // With splits > 1 (one row, validated) this block attends to piece blockIdx.z only.
-            bandPiece(p, p.positions[r], blockIdx.z, lo[i], hi[i]);
+            bandPiece<BN>(p, p.positions[r], blockIdx.z, lo[i], hi[i]);
             qRow[i] = p.q + r * p.qStride + static_cast<long long>(h) * D;
             oRow[i] = p.out + r * p.outStride + static_cast<long long>(h) * D;
             if (lo[i] <= hi[i]) {
@@ -353,38 +346,6 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         hullScratch[2 * warp + 1] = hullHi;
     }
 
-    // ---- staging: phase 2t = K tile t, phase 2t + 1 = V tile t -------------------------------------
-    // Raw slot layout: key k of a phase's tile at byte k·kRowBytes (thread t's chunk i is key
-    // t / kChunksPerKey + i·kKeyStride, column t % kChunksPerKey), so a key's row is contiguous.
-    int kLo = INT_MAX, kHi = INT_MIN, nTiles = 0;  // the block's hull of keys and its tiles
-    int skipKey = INT_MIN;                         // a key `issue` leaves out (see there)
-    const unsigned char* kSrc = static_cast<const unsigned char*>(p.kCache) + static_cast<long long>(kvh) * kRowBytes;
-    const unsigned char* vSrc = static_cast<const unsigned char*>(p.vCache) + static_cast<long long>(kvh) * kRowBytes;
-    const long long slotBytes = static_cast<long long>(p.kvHeads) * kRowBytes;
-    const int keyBase = tid / kChunksPerKey;  // this thread's first key of a tile
-    const int chunk = tid % kChunksPerKey;    // and its 16-byte column within the key's row
-
-    // Copies this thread's chunks of `phase` into raw slot `slot`; always commits one group (empty
-    // past the last phase) so that the wait count stays `stages − 1`.
-    auto issue = [&](int phase, int slot) {
-        if (phase < 2 * nTiles) {
-            const unsigned char* src = (phase & 1) ? vSrc : kSrc;
-            unsigned char* dst = raw + slot * kPhaseBytes;
-            const int first = kLo + (phase >> 1) * BN + keyBase;
-            int ring = first % cap32;
-#pragma unroll
-            for (int i = 0; i < kChunksPerThread; ++i) {
-                const bool live = first + i * kKeyStride <= kHi;
-                const unsigned char* g = live ? src + ring * slotBytes + chunk * 16 : src;
-                // !live: 16 zero bytes, nothing read. skipKey: no copy at all (the fused prologue
-                // writes that key's row into the slot itself).
-                if (first + i * kKeyStride != skipKey) cpAsync16(dst + (tid + i * NT) * 16, g, live);
-                ring += kKeyStride;
-                while (ring >= cap32) ring -= cap32;  // at most once unless capacity < kKeyStride
-            }
-        }
-        cpAsyncCommit();
-    };
     // ---- fused norm + RoPE (one decode row): this tile's query heads, fp16, into the K/V tile
     // area (row m − mTile·kRows at kPitch halves: the fragment reads below are conflict-free), and
     // in the blocks whose piece holds the query's position its K and V into the cache.
@@ -395,23 +356,11 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         const QkvNormRopeParams& r = p.normRope;
         const int pos = p.positions[0];
         int pieceLo, pieceHi;
-        bandPiece(p, pos, blockIdx.z, pieceLo, pieceHi);
+        bandPiece<BN>(p, pos, blockIdx.z, pieceLo, pieceHi);
         if (pieceLo <= pieceHi) {  // block-uniform; a piece without keys needs no q
-            // The first `stages` phases are issued now, so that their loads overlap the norm + RoPE
-            // below (docs/PERFORMANCE.md version 30 step 4): one row, so every row of the tile has
-            // the piece's band and the hull is the piece. The query's own K and V row, which this
-            // block writes below when its piece holds it, is left out of these copies; the K and V
-            // tasks write it into the raw slots themselves (the cache's rounding, storeKv), before
-            // the barrier that precedes every conversion.
+            // Tasks, one warp each: K and V of the query's position (when this piece holds it, the
+            // last of its band), then the tile's query heads.
             const int cacheTasks = r.k && pieceHi == pos ? 2 : 0;
-            kLo = pieceLo;
-            kHi = pieceHi;
-            nTiles = (kHi - kLo) / BN + 1;
-            skipKey = cacheTasks > 0 ? pos : INT_MIN;
-            for (int s = 0; s < stages; ++s) issue(s, s);
-            skipKey = INT_MIN;
-            const int posTile = (pos - kLo) / BN;  // the query's key: its tile and row there
-            const int posRow = pos - kLo - posTile * BN;
             const int tileHeads = min(Sh::kRows, mTotal - mTile * Sh::kRows);
             for (int task = warp; task < cacheTasks + tileHeads; task += Sh::kWarps) {
                 const bool query = task >= cacheTasks;
@@ -430,11 +379,6 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
                     void* cache = key ? r.kCache : r.vCache;
                     const long long at = (static_cast<long long>(pos) % r.capacity * r.kvHeads + kvh) * D;
                     storeHead(D, a, b, [&](int j, float v) { storeKv(cache, r.kvDtype, at + j, v); });
-                    const int phase = 2 * posTile + (key ? 0 : 1);
-                    if (phase < stages) {  // issued above without this row: phase s went to slot s
-                        void* rawRow = raw + phase * kPhaseBytes + posRow * kRowBytes;
-                        storeHead(D, a, b, [&](int j, float v) { storeKv(rawRow, r.kvDtype, j, v); });
-                    }
                     // The block's tile loads read this row after the barrier below (cp.async: generic-
                     // proxy reads by the issuing threads, ordered after the barrier at block scope).
                     __threadfence_block();
@@ -471,16 +415,40 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
 
     __syncthreads();  // hull scratch complete (fused: also the staged q and the cache row written)
     GEMMA_PHASE_MARK(2);  // the prologue: q fragments, the hull (fused: the norm + RoPE)
-    // (Fused: the same hull the early issue used, since every row of the tile has the piece's band.)
-    kLo = INT_MAX;
-    kHi = INT_MIN;
+    int kLo = INT_MAX, kHi = INT_MIN;
 #pragma unroll
     for (int w = 0; w < Sh::kWarps; ++w) {
         kLo = min(kLo, hullScratch[2 * w]);
         kHi = max(kHi, hullScratch[2 * w + 1]);
     }
-    nTiles = kHi >= kLo ? (kHi - kLo) / BN + 1 : 0;
+    const int nTiles = kHi >= kLo ? (kHi - kLo) / BN + 1 : 0;
 
+    // ---- staging: phase 2t = K tile t, phase 2t + 1 = V tile t -------------------------------------
+    const unsigned char* kSrc = static_cast<const unsigned char*>(p.kCache) + static_cast<long long>(kvh) * kRowBytes;
+    const unsigned char* vSrc = static_cast<const unsigned char*>(p.vCache) + static_cast<long long>(kvh) * kRowBytes;
+    const long long slotBytes = static_cast<long long>(p.kvHeads) * kRowBytes;
+    const int keyBase = tid / kChunksPerKey;  // this thread's first key of a tile
+    const int chunk = tid % kChunksPerKey;    // and its 16-byte column within the key's row
+
+    // Copies this thread's chunks of `phase` into raw slot `slot`; always commits one group (empty
+    // past the last phase) so that the wait count stays `stages − 1`.
+    auto issue = [&](int phase, int slot) {
+        if (phase < 2 * nTiles) {
+            const unsigned char* src = (phase & 1) ? vSrc : kSrc;
+            unsigned char* dst = raw + slot * kPhaseBytes;
+            const int first = kLo + (phase >> 1) * BN + keyBase;
+            int ring = first % cap32;
+#pragma unroll
+            for (int i = 0; i < kChunksPerThread; ++i) {
+                const bool live = first + i * kKeyStride <= kHi;
+                const unsigned char* g = live ? src + ring * slotBytes + chunk * 16 : src;
+                cpAsync16(dst + (tid + i * NT) * 16, g, live);  // !live: 16 zero bytes, nothing read
+                ring += kKeyStride;
+                while (ring >= cap32) ring -= cap32;  // at most once unless capacity < kKeyStride
+            }
+        }
+        cpAsyncCommit();
+    };
     // Converts the chunks this thread copied for `phase` (raw slot `slot`) into the fp16 tile.
     auto convert = [&](int phase, int slot) {
         if (phase >= 2 * nTiles) return;
@@ -506,9 +474,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const __half* vFrag = vTile + ((lane & 7) + ((lane >> 3) & 1) * 8) * kPitch + dBase + ((lane >> 4) & 1) * 8;
 
     if (nTiles > 0) {
-        if constexpr (!kFusedNormRope) {
-            for (int s = 0; s < stages; ++s) issue(s, s);
-        }
+        for (int s = 0; s < stages; ++s) issue(s, s);
         if constexpr (kFusedNormRope) {
             // The staged heads as this warp's fragments (padded rows: zero, as unfused).
             const std::uint32_t* row0 = reinterpret_cast<const std::uint32_t*>(qStaged + (wm * 16 + grp) * kPitch + dBase + 2 * tig);

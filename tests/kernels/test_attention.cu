@@ -949,17 +949,15 @@ int main() {
         {"demo d64 wrap", 8, 2, 64, 128, 159, F, 700, false, 32},
         {"golden d32", 4, 2, 32, 16, 47, B, 40, false, 4},
         // The pieces with the norm + RoPE inside, against FP64 (tiles of 32 keys at d 512 and 256).
-        // Forced splits place the current position (pieces are whole multiples of 16 keys, kPieceKeys
-        // in AttentionPrefill.cu): 128 keys in 4 pieces of 32 (its piece's last key), 49 in pieces of
-        // 16 (the first key of piece 3), 701 in 5 of 144 (inside piece 4, inside a tile that starts
-        // at the piece's first key, off the 32-key grid), 17 in 2 of 16 (the first key of piece 1),
-        // 96 in 3 of 32; position 0 alone and with 3 empty pieces.
+        // Forced splits place the current position: 128 keys in 4 pieces of 32 (its piece's last
+        // key), 129 in pieces of 64 (the first key of piece 2, piece 3 empty), 701 in 5 of 160 (inside
+        // piece 4, inside a tile), 65 in 2 of 64, 96 in 3 of 32; position 0 alone and with 3 empty pieces.
         {"pieces 12b full pos 0 f32", 16, 1, 512, 0, 4096, F, 0, false, 64, 0, false, false, true},
         {"pieces g2 d512 piece's last key bf16", 16, 8, 512, 0, 4096, B, 127, false, 64, 4, false, false, true},
-        {"pieces g2 d512 piece's first key f32", 16, 8, 512, 0, 4096, F, 48, false, 64, 4, false, false, true},
+        {"pieces g2 d512 piece's first key f32", 16, 8, 512, 0, 4096, F, 128, false, 64, 4, false, false, true},
         {"pieces g8 d512 inside piece 4 of 5 bf16", 8, 1, 512, 0, 4096, B, 700, false, 64, 5, false, false, true},
         {"pieces g8 d512 32q/4kv auto splits f32", 32, 4, 512, 0, 8192, F, 3000, false, 64, 0, false, false, true},
-        {"pieces g16 d512 piece's first key bf16", 16, 1, 512, 0, 4096, B, 16, false, 64, 2, false, false, true},
+        {"pieces g16 d512 piece's first key bf16", 16, 1, 512, 0, 4096, B, 64, false, 64, 2, false, false, true},
         {"pieces kv-shared g2 d512 f32", 16, 8, 512, 0, 4096, F, 300, true, 64, 0, false, false, true},
         {"pieces g2 d256 piece's last key f32", 16, 8, 256, 0, 2048, F, 95, false, 128, 3, false, false, true},
         {"pieces g8 d256 pos 0 4 splits bf16", 16, 2, 256, 0, 1024, B, 0, false, 128, 4, false, false, true},
