@@ -21,10 +21,16 @@ SHAPES=${GPU_PHASE_SHAPES-12b}
 mkdir -p "$OUT"
 report="$OUT/phases.txt"
 : > "$report"
-source "$ROOT/scripts/lib/build_harnesses.sh"
-build_harnesses "$BUILD" "$OUT/build.log" measure_attention_phases measure_matvec_phases || exit 1
-rm -f "$OUT/build.log"
+# Only the tools the run uses: an empty SHAPES (scripts/gpu_ab_builds.sh's phases) skips the
+# matvec tool, whose build (test_fp4_matvec with Fp4Matvec.cu) is the longer of the two.
 IFS=';' read -r -a cases <<< "$CASES"
+tools=()
+[ ${#cases[@]} -gt 0 ] && tools+=(measure_attention_phases)
+[ -n "$SHAPES" ] && tools+=(measure_matvec_phases)
+[ ${#tools[@]} -gt 0 ] || { echo "GPU_PHASE_CASES and GPU_PHASE_SHAPES are both empty: nothing to time" | tee "$report"; exit 0; }
+source "$ROOT/scripts/lib/build_harnesses.sh"
+build_harnesses "$BUILD" "$OUT/build.log" "${tools[@]}" || exit 1
+rm -f "$OUT/build.log"
 for c in "${cases[@]}"; do
   echo "=== attention: $c" >> "$report"
   GEMMA_FIXTURES="$c" timeout 200 "$BUILD/measure_attention_phases" > "$OUT/run.txt" 2>&1

@@ -1,6 +1,6 @@
 // One attention head's RMSNorm and half-split RoPE, done by one warp: the piece the q/k/v
-// norm + RoPE kernel (NormRopeCache.cu) and the fused attention prologue (AttentionDecode.cu)
-// share, so both give the same bits. The math is GEMMA4.md §2.5 and §3 (see NormRopeCache.cu).
+// norm + RoPE kernel (NormRopeCache.cu) and the fused attention prologues (AttentionDecode.cu,
+// AttentionPrefill.cu) share, so all give the same bits. The math is GEMMA4.md §2.5 and §3 (see NormRopeCache.cu).
 // Device-only, header-only (a harness may #include several production .cu files).
 // "The same bits" rests on the compiler contracting the multiply-adds below alike in every caller
 // (run-time head dim in NormRopeCache.cu, compile-time in the attention kernels): a refactor of
