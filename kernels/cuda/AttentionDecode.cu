@@ -754,8 +754,36 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 #pragma unroll
                     for (int j = 0; j < DT; ++j) o[h][j] *= a;
                 }
+            // Four keys' probabilities per head in one 16-byte broadcast load (sc's rows start at
+            // multiples of KC, itself a multiple of 4), then the keys one by one as before: the
+            // same multiply-adds in the same order, a quarter of the shared loads of p.
+            // Head dim 512 (two dims per thread) keeps the key-at-a-time loop alone: the four
+            // keys' p would not fit beside its q registers without spilling.
+            int t = 0;
+            if constexpr (DT == 1) {
+                for (; t + 4 <= count; t += 4) {
+                    float4 pr[G];
+#pragma unroll
+                    for (int h = 0; h < G; ++h)
+                        if (h < g) pr[h] = *reinterpret_cast<const float4*>(sc + h * KC + t);
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const unsigned char* vRow = vRows + (t + k) * kRowBytes;
+#pragma unroll
+                        for (int j = 0; j < DT; ++j) {
+                            const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
+#pragma unroll
+                            for (int h = 0; h < G; ++h)
+                                if (h < g) {
+                                    const float pk = k == 0 ? pr[h].x : k == 1 ? pr[h].y : k == 2 ? pr[h].z : pr[h].w;
+                                    o[h][j] = fmaf(pk, v, o[h][j]);
+                                }
+                        }
+                    }
+                }
+            }
 #pragma unroll 4
-            for (int t = 0; t < count; ++t) {
+            for (; t < count; ++t) {
                 const unsigned char* vRow = vRows + t * kRowBytes;
 #pragma unroll
                 for (int j = 0; j < DT; ++j) {
