@@ -472,8 +472,8 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
 // query's position, that position's K and V (written to the cache, and into its own shared rows
 // straight from registers: nothing reads the slot back this launch). It loads its piece's K and V
 // rows in chunks of up to kClusterChunkBytes (cp.async, all rows of a chunk in flight at once), and
-// per chunk: scores (each warp a few keys at once, lanes over keys × dim slices), softmax per
-// head (warp per head, all heads at once), O += P·V (thread per dim). The blocks then merge through distributed shared
+// per chunk: scores (warp per key, lanes over the dims), softmax per head (warp per head, all
+// heads at once), O += P·V (thread per dim). The blocks then merge through distributed shared
 // memory instead of global partials, a fence and a counter: each block leaves (O, m, l) in its
 // shared memory, the cluster barrier publishes them, block r combines dims [r·D/C, (r+1)·D/C) of
 // every head from all C blocks (the merge kernel's formula, peers in rank order), writes them to
@@ -508,22 +508,26 @@ __device__ __forceinline__ float kvElement(const unsigned char* row, int index) 
     if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
     else return bf16LoToFloat(reinterpret_cast<const std::uint16_t*>(row)[index]);
 }
-// Chunk c (16 bytes: 4 f32 or 8 bf16 elements) of a row, as floats.
-template <typename KvT>
-__device__ __forceinline__ void loadChunk(const unsigned char* row, int c, float (&v)[16 / sizeof(KvT)]) {
-    if constexpr (sizeof(KvT) == 4) {
-        const float4 a = reinterpret_cast<const float4*>(row)[c];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
+template <typename KvT, int N>
+__device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane, float (&v)[N]) {
+    if constexpr (N % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 8; ++i) {
+            float t[8];
+            load8<KvT>(row, lane * (N / 8) + i, t);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) v[i * 8 + k] = t[k];
+        }
     } else {
-        const uint4 u = reinterpret_cast<const uint4*>(row)[c];
-        v[0] = bf16LoToFloat(u.x); v[1] = bf16HiToFloat(u.x);
-        v[2] = bf16LoToFloat(u.y); v[3] = bf16HiToFloat(u.y);
-        v[4] = bf16LoToFloat(u.z); v[5] = bf16HiToFloat(u.z);
-        v[6] = bf16LoToFloat(u.w); v[7] = bf16HiToFloat(u.w);
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = kvElement<KvT>(row, lane * N + i);
     }
 }
 
-// G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G).
+// G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
+// G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
+// so the scores read q from shared memory.
 // HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
@@ -535,17 +539,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     constexpr int kElem = static_cast<int>(sizeof(KvT));
     constexpr int kRowBytes = D * kElem;
     constexpr int KC = clusterChunkKeys(D, kElem);
-    // The scores' lanes: a warp's kKeysPerWarp keys × kSlices slices of kSliceDims dims, each
-    // slice read as kSliceChunks 16-byte chunks of kChunkElems elements.
-    constexpr int kKeysPerWarp = KC / (kClusterThreads / 32);
-    static_assert(kKeysPerWarp >= 1 && kKeysPerWarp <= 32 && 32 % kKeysPerWarp == 0,
-                  "the scores' lane split needs a chunk of 8·(a divisor of 32) keys");
-    constexpr int kSlices = 32 / kKeysPerWarp;
-    constexpr int kSliceDims = D / kSlices;
-    constexpr int kChunkElems = 16 / kElem;
-    constexpr int kSliceChunks = kSliceDims / kChunkElems;
-    static_assert(kSliceDims % kChunkElems == 0 && (kSliceChunks & (kSliceChunks - 1)) == 0,
-                  "a slice is a power-of-two count of 16-byte chunks");
+    constexpr int N = D / 32;                                     // dims per lane in the scores
     constexpr int DT = D >= kClusterThreads ? D / kClusterThreads : 1;  // dims per thread in P·V
     constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
     constexpr int kClusterWarps = kClusterThreads / 32;
@@ -675,6 +669,16 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     __syncthreads();  // q, the current rows and the stats are in place
     GEMMA_PHASE_MARK(2);  // the prologue: q (and the current K, V) normed and rotated
 
+    constexpr bool kQInRegisters = G <= 4;
+    float qv[kQInRegisters ? G : 1][N];
+    if constexpr (kQInRegisters) {
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            if (h < g) {
+#pragma unroll
+                for (int i = 0; i < N; ++i) qv[h][i] = qs[h * D + lane * N + i];
+            }
+    }
     float o[G][DT];
 #pragma unroll
     for (int h = 0; h < G; ++h)
@@ -697,43 +701,20 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         __syncthreads();
         GEMMA_PHASE_MARK(3);  // the chunk arrived
 
-        // Scores, one pass: warp w takes keys [w·kKeysPerWarp, (w+1)·kKeysPerWarp) of the chunk,
-        // lane = key·kSlices + slice, each lane one slice of kSliceDims dims of its key (q read
-        // from shared memory), then the slices' sums meet over the low lane bits.
-        {
-            const int slice = lane % kSlices;
-            const int t = warp * kKeysPerWarp + lane / kSlices;
-            const bool live = t < count;
-            float s[G];
+        // Scores: warp per key, lanes over the dims.
+        for (int t = warp; t < count; t += kClusterWarps) {
+            float kv[N];
+            loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
 #pragma unroll
-            for (int h = 0; h < G; ++h) s[h] = 0.0f;
-            if (live) {
-                const unsigned char* kSlice = kRows + t * kRowBytes + slice * kSliceDims * kElem;
-                const float* qSlice = qs + slice * kSliceDims;
-#pragma unroll 2
-                for (int i = 0; i < kSliceChunks; ++i) {
-                    // Rotated by lane: the 8 lanes of a 16-byte load's wavefront read 8 distinct
-                    // bank quads (at head dims >= 64 every row and slice starts at a multiple of
-                    // 128 bytes, so without the rotation they would all read the same quad).
-                    const int c = (i + lane) & (kSliceChunks - 1);
-                    float kv[kChunkElems];
-                    loadChunk<KvT>(kSlice, c, kv);
+            for (int h = 0; h < G; ++h) {
+                if (h < g) {
+                    float s = 0.0f;
 #pragma unroll
-                    for (int h = 0; h < G; ++h)
-                        if (h < g) {
-#pragma unroll
-                            for (int e = 0; e < kChunkElems; ++e)
-                                s[h] = fmaf(qSlice[h * D + c * kChunkElems + e], kv[e], s[h]);
-                        }
+                    for (int i = 0; i < N; ++i) s = fmaf(kQInRegisters ? qv[kQInRegisters ? h : 0][i] : qs[h * D + lane * N + i], kv[i], s);
+                    s = warpSum(s);
+                    if (lane == 0) sc[h * KC + t] = s * p.scale;
                 }
             }
-#pragma unroll
-            for (int h = 0; h < G; ++h)
-                if (h < g) {
-#pragma unroll
-                    for (int offset = kSlices / 2; offset > 0; offset >>= 1) s[h] += __shfl_xor_sync(0xffffffffu, s[h], offset);
-                    if (live && slice == 0) sc[h * KC + t] = s[h] * p.scale;
-                }
         }
         __syncthreads();
         GEMMA_PHASE_MARK(4);  // scores
