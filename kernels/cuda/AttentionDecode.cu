@@ -1081,7 +1081,6 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.outStride = p.outStride;
     f.fuseNormRope = p.fuseNormRope;
     f.normRope = p.normRope;
-    f.bulkCopies = p.bulkCopies;
     return f;
 }
 
