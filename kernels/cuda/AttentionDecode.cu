@@ -471,8 +471,7 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
 // normalises and rotates its group's query heads (fuseNormRope) and, when its piece holds the
 // query's position, that position's K and V (written to the cache, and into its own shared rows
 // straight from registers: nothing reads the slot back this launch). It loads its piece's K and V
-// rows in chunks of up to kClusterChunkBytes (cp.async, all rows of a chunk in flight at once; with
-// BULK two cp.async.bulk copies per row, issued by the last warp on one mbarrier per chunk), and
+// rows in chunks of up to kClusterChunkBytes (cp.async, all rows of a chunk in flight at once), and
 // per chunk: scores (warp per key, lanes over the dims), softmax per head (warp per head, all
 // heads at once), O += P·V (thread per dim). The blocks then merge through distributed shared
 // memory instead of global partials, a fence and a counter: each block leaves (O, m, l) in its
@@ -496,14 +495,12 @@ __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
     return kClusterChunkBytes / (2 * d * elemBytes) < kClusterMaxKeys ? kClusterChunkBytes / (2 * d * elemBytes) : kClusterMaxKeys;
 }
 // Shared memory: K and V rows of a chunk, the current position's K and V rows, q, the chunk's
-// scores, then O, m, l, alpha (fp32), then the chunk's mbarrier (bulk copies; 8-byte aligned:
-// every float count before it is even).
+// scores, then O, m, l, alpha (fp32).
 __host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes, int group) {
     const std::size_t rowBytes = static_cast<std::size_t>(d) * elemBytes;
     const std::size_t keys = static_cast<std::size_t>(clusterChunkKeys(d, elemBytes));
     return 2 * keys * rowBytes + 2 * rowBytes +
-           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup) +
-           sizeof(std::uint64_t);
+           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup);
 }
 
 template <typename KvT>
@@ -535,8 +532,7 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane,
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
 // into their own shared rows, and only part 0 writes them to the cache.
-// BULK (AttentionDecodeParams::bulkCopies): the chunks staged by bulk copies, below.
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool BULK = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -569,21 +565,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     float* mRow = os + g * D;
     float* lRow = mRow + kClusterMaxGroup;
     float* alphaRow = lRow + kClusterMaxGroup;
-    // Bulk form (BULK): the last warp copies the chunks' rows with cp.async.bulk, completing on
-    // chunkBar (one phase per chunk, armed with the chunk's bytes); every thread waits on it. Its
-    // address is recomputed at each use rather than held through the chunk loop.
-    const auto chunkBar = [&] { return reinterpret_cast<std::uint64_t*>(alphaRow + kClusterMaxGroup); };
-    constexpr int kIssuer = kClusterThreads / 32 - 1;
     GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-9
-    if (BULK && warp == kIssuer) {
-        // Initialised by the warp that arms it first; the other warps' first wait follows the
-        // prologue's block barrier.
-        if (lane == 0) {
-            initBarrier(chunkBar(), 1);
-            fenceBarrierInit();
-        }
-        __syncwarp();
-    }
 
     // prefetchBand: the band's earlier positions were written by earlier decode steps (a graph
     // launch or a host copy apart from this one, so complete), and so was positions[0]: both are
@@ -617,27 +599,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         // Slots of consecutive positions: one 64-bit remainder per chunk; count <= the band <=
         // capacity, so a slot past the end wraps with one subtraction.
         const std::int64_t firstSlot = first % p.capacity;
-        if constexpr (BULK) {
-            // The issuing warp: two copies (K, V) per row; the chunk's bytes include the current
-            // rows that the load after the wait adds on this barrier (`skipCurrent` without
-            // writesCurrent), not the ones written from curK/curV.
-            if (warp == kIssuer) {
-                const bool skips = (writesCurrent || skipCurrent) && current >= first && current < first + count;
-                const bool deferred = skips && !writesCurrent;
-                const int rows = count - (skips && !deferred ? 1 : 0);
-                fenceProxyAsyncShared();  // the block's reads of the rows (before its last barrier) first
-                if (lane == 0) expectBytes(chunkBar(), static_cast<unsigned>(rows * 2 * kRowBytes));
-                __syncwarp();
-                for (int row = lane; row < count; row += 32) {
-                    if (skips && first + row == current) continue;
-                    std::int64_t slot = firstSlot + row;
-                    if (slot >= p.capacity) slot -= p.capacity;
-                    bulkCopy(kRows + row * kRowBytes, kBase + slot * slotBytes, kRowBytes, chunkBar());
-                    bulkCopy(vRows + row * kRowBytes, vBase + slot * slotBytes, kRowBytes, chunkBar());
-                }
-            }
-            return;
-        }
         for (int idx = tid; idx < count * kChunks16; idx += kClusterThreads) {
             const int r = idx / kChunks16;
             const int c = idx % kChunks16;
@@ -662,18 +623,11 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         if (!writesCurrent && current >= bs && current < bs + firstCount) {
             const std::int64_t off = (current % p.capacity) * slotBytes;
             const int row = static_cast<int>(current - bs);
-            if constexpr (BULK) {
-                if (warp == kIssuer && lane == 0) {  // counted in the first chunk's bytes
-                    bulkCopy(kRows + row * kRowBytes, kBase + off, kRowBytes, chunkBar());
-                    bulkCopy(vRows + row * kRowBytes, vBase + off, kRowBytes, chunkBar());
-                }
-            } else {
-                for (int c = tid; c < kChunks16; c += kClusterThreads) {
-                    cpAsync16(kRows + row * kRowBytes + c * 16, kBase + off + c * 16, true);
-                    cpAsync16(vRows + row * kRowBytes + c * 16, vBase + off + c * 16, true);
-                }
-                cpAsyncCommit();
+            for (int c = tid; c < kChunks16; c += kClusterThreads) {
+                cpAsync16(kRows + row * kRowBytes + c * 16, kBase + off + c * 16, true);
+                cpAsync16(vRows + row * kRowBytes + c * 16, vBase + off + c * 16, true);
             }
+            cpAsyncCommit();
         }
     }
     GEMMA_PHASE_MARK(1);  // the first chunk issued, the dependency wait passed
@@ -736,11 +690,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     for (std::int64_t first = bs; first < be; first += KC) {
         const int count = static_cast<int>(be - first < KC ? be - first : KC);
         if (first != bs) issueChunk(first, count, false);  // after the wait: the current rows load as any
-        if constexpr (BULK) {
-            waitParity(chunkBar(), static_cast<unsigned>((first - bs) / KC) & 1u);  // chunk i: parity i & 1
-        } else {
-            cpAsyncWait<0>();
-        }
+        cpAsyncWait<0>();
         if (writesCurrent && current >= first && current < first + count) {
             const int row = static_cast<int>(current - first);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
@@ -991,11 +941,11 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 // ---- cluster form: host side ------------------------------------------------------------------------
 // Raises the kernel's limits once per device and host thread: the largest shared memory a group
 // of up to G needs, and cluster sizes above the portable 8.
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool BULK = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
-    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT, BULK>;
+    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT>;
     const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -1048,22 +998,17 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     return chosen;
 }
 
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool BULK = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
     // The head split (clusterHeadSplit) is instantiated at head dim 256 with G 4 (validated by the
-    // launcher); the bulk form wherever p.bulkCopies asks for it (clusters imply sm_90+), except at
-    // head dim 512 with G 4, whose bulk instance spills (60 bytes: its q registers leave no room).
-    // The cluster size comes from the cp.async instance's occupancy: the same shared memory and
-    // block, both within the launch bounds' registers.
+    // launcher).
     if constexpr (D == 256 && G == 4 && !HEADSPLIT)
-        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true, BULK>(p, size, device, stream);
-    if constexpr (!BULK && !(D == 512 && G == 4))
-        if (p.bulkCopies) return launchClusterTyped<D, KvT, G, HEADSPLIT, true>(p, size, device, stream);
-    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT, BULK>(device); err != cudaSuccess) return err;
+        if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT>(device); err != cudaSuccess) return err;
     constexpr int kSplit = HEADSPLIT ? 2 : 1;
     const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads * kSplit), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT, BULK>, grid, dim3(kClusterThreads), smem, stream,
+    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
                             p.programmaticLaunch, static_cast<unsigned>(size), p);
 }
 
@@ -1136,7 +1081,6 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.outStride = p.outStride;
     f.fuseNormRope = p.fuseNormRope;
     f.normRope = p.normRope;
-    f.bulkCopies = p.bulkCopies;
     return f;
 }
 

@@ -74,11 +74,6 @@ struct AttentionDecodeParams {
     // rounded to fp16 as without it: meant to give the same bits as launchQkvNormRope before the
     // pieces, which test_attention checks).
     bool tensorCores = false;
-    // sm_90+: K/V staged by bulk copies (cp.async.bulk on mbarriers, issued by one warp) instead of
-    // every thread's 16-byte cp.async, in the cluster form's chunks (except at head dim 512 with
-    // groups up to 4) and (AttentionPrefillParams::bulkCopies) the tensor-core pieces' tiles; the
-    // same bytes, so the same bits. Ignored by the CUDA-core split kernel.
-    bool bulkCopies = true;
 
     // Thread-block clusters for one decode row (rows == 1, sm_90+, at most
     // kClusterAttentionMaxGroup query heads per kv head, one cache (cacheBatchStride 0); not with
