@@ -757,8 +757,8 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             // Four keys' probabilities per head in one 16-byte broadcast load (sc's rows start at
             // multiples of KC, itself a multiple of 4), then the keys one by one as before: the
             // same multiply-adds in the same order, a quarter of the shared loads of p.
-            // Head dim 512 (two dims per thread) keeps the key-at-a-time loop alone: the four
-            // keys' p would not fit beside its q registers without spilling.
+            // At head dim 512 (two dims per thread) only the key-at-a-time loop runs: the four keys'
+            // p beside its q registers spilled.
             int t = 0;
             if constexpr (DT == 1) {
                 for (; t + 4 <= count; t += 4) {
