@@ -754,6 +754,17 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 #pragma unroll
                     for (int j = 0; j < DT; ++j) o[h][j] *= a;
                 }
+            // Key t folded into O with its heads' probabilities p(h).
+            const auto addKey = [&](int t, auto p) {
+                const unsigned char* vRow = vRows + t * kRowBytes;
+#pragma unroll
+                for (int j = 0; j < DT; ++j) {
+                    const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
+#pragma unroll
+                    for (int h = 0; h < G; ++h)
+                        if (h < g) o[h][j] = fmaf(p(h), v, o[h][j]);
+                }
+            };
             // Four keys' probabilities per head in one 16-byte broadcast load (sc's rows start at
             // multiples of KC, itself a multiple of 4), then the keys one by one as before: the
             // same multiply-adds in the same order, a quarter of the shared loads of p.
@@ -766,33 +777,14 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 #pragma unroll
                     for (int h = 0; h < G; ++h)
                         if (h < g) pr[h] = *reinterpret_cast<const float4*>(sc + h * KC + t);
-#pragma unroll
-                    for (int k = 0; k < 4; ++k) {
-                        const unsigned char* vRow = vRows + (t + k) * kRowBytes;
-#pragma unroll
-                        for (int j = 0; j < DT; ++j) {
-                            const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
-#pragma unroll
-                            for (int h = 0; h < G; ++h)
-                                if (h < g) {
-                                    const float pk = k == 0 ? pr[h].x : k == 1 ? pr[h].y : k == 2 ? pr[h].z : pr[h].w;
-                                    o[h][j] = fmaf(pk, v, o[h][j]);
-                                }
-                        }
-                    }
+                    addKey(t, [&](int h) { return pr[h].x; });
+                    addKey(t + 1, [&](int h) { return pr[h].y; });
+                    addKey(t + 2, [&](int h) { return pr[h].z; });
+                    addKey(t + 3, [&](int h) { return pr[h].w; });
                 }
             }
 #pragma unroll 4
-            for (; t < count; ++t) {
-                const unsigned char* vRow = vRows + t * kRowBytes;
-#pragma unroll
-                for (int j = 0; j < DT; ++j) {
-                    const float v = kvElement<KvT>(vRow, tid + j * kClusterThreads);
-#pragma unroll
-                    for (int h = 0; h < G; ++h)
-                        if (h < g) o[h][j] = fmaf(sc[h * KC + t], v, o[h][j]);
-                }
-            }
+            for (; t < count; ++t) addKey(t, [&](int h) { return sc[h * KC + t]; });
         }
         __syncthreads();  // the rows and scores are refilled by the next chunk
         GEMMA_PHASE_MARK(6);  // P·V
