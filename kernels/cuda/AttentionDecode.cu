@@ -1073,6 +1073,7 @@ AttentionPrefillParams attentionPrefillForm(const AttentionDecodeParams& p) {
     f.outStride = p.outStride;
     f.fuseNormRope = p.fuseNormRope;
     f.normRope = p.normRope;
+    f.bulkCopies = p.bulkCopies;
     return f;
 }
 

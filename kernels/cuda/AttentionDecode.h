@@ -74,6 +74,9 @@ struct AttentionDecodeParams {
     // rounded to fp16 as without it: meant to give the same bits as launchQkvNormRope before the
     // pieces, which test_attention checks).
     bool tensorCores = false;
+    // With tensorCores: AttentionPrefillParams::bulkCopies (the pieces' K/V tiles by bulk copies on
+    // sm_90+; the same bits either way).
+    bool bulkCopies = true;
 
     // Thread-block clusters for one decode row (rows == 1, sm_90+, at most
     // kClusterAttentionMaxGroup query heads per kv head, one cache (cacheBatchStride 0); not with

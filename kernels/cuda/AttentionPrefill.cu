@@ -44,6 +44,15 @@
 //   barrier C  (V(t) converted; everyone finished reading K(t), so the K tile is free)
 //   convert K(t+1); issue phase +stages;  O += P·V(t)
 // Keys past the block's last live key are zero-filled by cp.async (the cache is not read).
+// Bulk form (AttentionPrefillParams::bulkCopies, sm_90+; docs/PERFORMANCE.md version 31 step 4):
+// the same ring, filled by cp.async.bulk instead of every thread's 16-byte cp.async (4096 of them
+// per 64 KB phase, whose issue took ≈ 1 µs per phase in the decode's pieces). One warp (the last)
+// arms slot s's full mbarrier with the phase's live bytes and copies its live rows (one copy per
+// contiguous run when there is one kv head, one per row otherwise); every thread waits on the
+// full barrier before converting, each warp arrives on the slot's empty barrier after converting,
+// and the issuing warp waits on that before refilling the slot, `stages` phases ahead as above.
+// Keys past the last live key are not copied; their fp16 halves are written as zeros (the bits a
+// zero-filled chunk converts to), so both forms give the same bits.
 //
 // ---- Which slots are read ----------------------------------------------------------------------
 // A block loads the key range [min band start, max position] over its rows (the hull). For
@@ -74,8 +83,9 @@
 // whose piece holds the query's position (the last non-empty piece; one per kv head and query tile)
 // also normalise and rotate that position's K, normalise its V and write both into the cache slot
 // (storeKv: the norm kernel's rounding), in the same round of warps. The tile loads read the cache
-// with cp.async (non-bulk: generic-proxy reads by the issuing thread, not TMA, so no proxy fence),
-// issued only after the block barrier that follows the writes, so the block reads the row it wrote;
+// with cp.async (generic-proxy reads by the issuing thread; the bulk form's async-proxy reads
+// need the writers' proxy fence, which they issue), issued only after the block barrier that
+// follows the writes, so the block reads the row it wrote;
 // no other piece holds that slot (it holds position p − capacity, outside every band). With several
 // query tiles per kv head (groups above the tile's rows) each tile's block writes the row, the same
 // bits. Nothing writes q: other blocks read it raw.
@@ -137,11 +147,13 @@ struct Shape {
     static constexpr int kRows = 16 * kWarpsM;            // BM (packed row, head pairs)
     static constexpr int kDims = D / kWarpsD;             // DW, head dims per warp
     static constexpr int kPitch = D + 8;                  // halves per fp16 K/V row (+16 bytes)
-    // Shared memory: [K tile | V tile] fp16, [S partials] (WD > 1), [hull scratch], [raw ring].
+    // Shared memory: [K tile | V tile] fp16, [S partials] (WD > 1), [hull scratch], [slot
+    // barriers], [raw ring].
     static constexpr int kKvBytes = 2 * kKeys * kPitch * 2;
     static constexpr int kSredBytes = kWarpsD > 1 ? kWarps * (kKeys / 8) * 32 * 16 : 0;
     static constexpr int kHullBytes = 16 * ((kWarps * 2 * 4 + 15) / 16);
-    static constexpr int kRawOffset = kKvBytes + kSredBytes + kHullBytes;
+    static constexpr int kBarrierBytes = 2 * 8 * kMaxStages;  // the raw slots' full and empty mbarriers (bulk form)
+    static constexpr int kRawOffset = kKvBytes + kSredBytes + kHullBytes + kBarrierBytes;
     static_assert(kWarpsD == 1 || kWarpsD == 2 || kWarpsD == 4, "S partial sum is pairwise");
     static_assert(kWarpsM <= 4, "one named barrier per row group (rowGroupBarrier: ids 1..4)");
     static_assert(kKeys % 16 == 0 && kDims % 16 == 0, "whole mma k-steps and ldmatrix.x4 pairs");
@@ -230,6 +242,13 @@ __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* d
     }
 }
 
+// The fp16 halves of one zero 16-byte raw chunk at dst (16 or 8 bytes, aligned).
+template <typename KvT>
+__device__ __forceinline__ void zeroChunk(__half* dst) {
+    if constexpr (sizeof(KvT) == 2) *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+    else *reinterpret_cast<uint2*>(dst) = make_uint2(0u, 0u);
+}
+
 // The band [lo, hi] of the query at `pos` (empty: lo > hi); with p.splits > 1 (one row) only
 // piece `piece` of it: the band cut into p.splits pieces of whole BN-key tiles from its start
 // (empty past the band's end).
@@ -255,9 +274,16 @@ __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int p
 // cap32 = min(capacity, INT_MAX) (positions are int, so the slot arithmetic fits 32 bits);
 // stages = raw ring depth (1..kMaxStages), shared memory = sharedBytes<D, KvT>(stages).
 // kFusedNormRope: p.fuseNormRope (validated: one row), "Fused norm + RoPE" above.
-template <int D, typename KvT, bool kFusedNormRope>
+// kBulk: the raw ring filled by bulk copies (sm_90+, "K/V staging" above); the launcher picks it
+// only on such devices (compiled for an older target, the instance is the cp.async form).
+template <int D, typename KvT, bool kFusedNormRope, bool kBulk>
 __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     attentionPrefillKernel(const AttentionPrefillParams p, const int cap32, const int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    constexpr bool kBulkCopies = false;  // no bulk copies before sm_90 (nor is the bulk form launched there)
+#else
+    constexpr bool kBulkCopies = kBulk;
+#endif
     using Sh = Shape<D>;
     constexpr int BN = Sh::kKeys;
     constexpr int WD = Sh::kWarpsD;
@@ -284,6 +310,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     __half* vTile = kTile + BN * kPitch;
     float4* sred = reinterpret_cast<float4*>(smem + Sh::kKvBytes);
     int* hullScratch = reinterpret_cast<int*>(smem + Sh::kKvBytes + Sh::kSredBytes);
+    std::uint64_t* const slotBars = reinterpret_cast<std::uint64_t*>(smem + Sh::kKvBytes + Sh::kSredBytes + Sh::kHullBytes);
     unsigned char* raw = smem + Sh::kRawOffset;
 
     const int tid = threadIdx.x;
@@ -299,6 +326,18 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const int mTotal = p.rows * G;
     const int dBase = wd * DW;
     GEMMA_PHASE_START();  // measurement builds only (PhaseClock.h): the phases below, marks 1-7
+    if constexpr (kBulkCopies) {
+        // Slot s: full (slotBars[s]) completes once per fill (one arrival, the issuer's, with its
+        // bytes), empty (slotBars[kMaxStages + s]) once per conversion (one arrival per warp).
+        // Visible to every thread and to the copy engine by the block barrier before the first issue.
+        if (tid == 0) {
+            for (int st = 0; st < stages; ++st) {
+                initBarrier(slotBars + st, 1);
+                initBarrier(slotBars + kMaxStages + st, Sh::kWarps);
+            }
+            fenceBarrierInit();
+        }
+    }
     gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
     allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
     GEMMA_PHASE_MARK(1);  // the dependency wait
@@ -380,8 +419,10 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
                     const long long at = (static_cast<long long>(pos) % r.capacity * r.kvHeads + kvh) * D;
                     storeHead(D, a, b, [&](int j, float v) { storeKv(cache, r.kvDtype, at + j, v); });
                     // The block's tile loads read this row after the barrier below (cp.async: generic-
-                    // proxy reads by the issuing threads, ordered after the barrier at block scope).
+                    // proxy reads by the issuing threads, ordered after the barrier at block scope;
+                    // bulk copies read through the async proxy, hence its fence).
                     __threadfence_block();
+                    if constexpr (kBulkCopies) fenceProxyAsyncGlobal();
                 }
             }
         }
@@ -430,9 +471,42 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     const int keyBase = tid / kChunksPerKey;  // this thread's first key of a tile
     const int chunk = tid % kChunksPerKey;    // and its 16-byte column within the key's row
 
-    // Copies this thread's chunks of `phase` into raw slot `slot`; always commits one group (empty
-    // past the last phase) so that the wait count stays `stages − 1`.
+    // Copies `phase` into raw slot `slot`. cp.async form: this thread's chunks; always commits one
+    // group (empty past the last phase) so that the wait count stays `stages − 1`. Bulk form, the
+    // issuing warp only (kIssuer), once every warp has converted the slot's previous fill: arms the
+    // slot's full barrier with the live rows' bytes and copies them (one kv head: one copy per
+    // contiguous run of the ring; else one per row); nothing past the last phase.
+    constexpr int kIssuer = Sh::kWarps - 1;  // at a decode row its rows are padding: no mma to delay
     auto issue = [&](int phase, int slot) {
+        if constexpr (kBulkCopies) {
+            if (phase < 2 * nTiles && warp == kIssuer) {
+                const unsigned char* src = (phase & 1) ? vSrc : kSrc;
+                unsigned char* dst = raw + slot * kPhaseBytes;
+                const int first = kLo + (phase >> 1) * BN;
+                const int rows = min(BN, kHi - first + 1);
+                std::uint64_t* bar = slotBars + slot;
+                fenceProxyAsyncShared();  // the block's reads of this slot (before the last barrier) first
+                if (lane == 0) expectBytes(bar, static_cast<unsigned>(rows * kRowBytes));
+                __syncwarp();
+                if (slotBytes == kRowBytes) {
+                    if (lane == 0) {
+                        int done = 0, ring = first % cap32;
+                        while (done < rows) {
+                            const int n = min(rows - done, cap32 - ring);
+                            bulkCopy(dst + done * kRowBytes, src + static_cast<long long>(ring) * kRowBytes,
+                                     static_cast<unsigned>(n * kRowBytes), bar);
+                            done += n;
+                            ring = 0;
+                        }
+                    }
+                } else {
+                    for (int row = lane; row < rows; row += 32)
+                        bulkCopy(dst + row * kRowBytes, src + static_cast<long long>((first + row) % cap32) * slotBytes,
+                                 static_cast<unsigned>(kRowBytes), bar);
+                }
+            }
+            return;
+        }
         if (phase < 2 * nTiles) {
             const unsigned char* src = (phase & 1) ? vSrc : kSrc;
             unsigned char* dst = raw + slot * kPhaseBytes;
@@ -449,20 +523,42 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         }
         cpAsyncCommit();
     };
-    // Converts the chunks this thread copied for `phase` (raw slot `slot`) into the fp16 tile.
+    // Converts this thread's chunks of `phase` (raw slot `slot`; the ones it copied, cp.async form)
+    // into the fp16 tile. Bulk form: keys past the last live one were not copied; their halves are
+    // written as zeros, the bits the cp.async form's zero-filled chunks convert to.
     auto convert = [&](int phase, int slot) {
         if (phase >= 2 * nTiles) return;
         const unsigned char* src = raw + slot * kPhaseBytes + tid * 16;
         __half* dst = ((phase & 1) ? vTile : kTile) + keyBase * kPitch + chunk * kHalvesPerChunk;
+        [[maybe_unused]] const int firstKey = kLo + (phase >> 1) * BN + keyBase;
 #pragma unroll
-        for (int i = 0; i < kChunksPerThread; ++i)
-            convertChunk<KvT>(src + i * NT * 16, dst + i * kKeyStride * kPitch);
+        for (int i = 0; i < kChunksPerThread; ++i) {
+            if (kBulkCopies && firstKey + i * kKeyStride > kHi) zeroChunk<KvT>(dst + i * kKeyStride * kPitch);
+            else convertChunk<KvT>(src + i * NT * 16, dst + i * kKeyStride * kPitch);
+        }
     };
     int slot = 0;  // raw slot of the next phase to convert (= phase % stages)
     auto step = [&](int phase) {
-        cpAsyncWaitStages(stages);
-        convert(phase, slot);
-        issue(phase + stages, slot);  // refill the slot this thread just drained
+        if constexpr (kBulkCopies) {
+            // Fill number phase / stages of this slot: its full and empty barriers' parity.
+            const unsigned parity = static_cast<unsigned>((phase / stages) & 1);
+            if (phase < 2 * nTiles) {
+                waitParity(slotBars + slot, parity);
+                convert(phase, slot);
+                __syncwarp();  // the warp's reads of the slot before its arrival (release)
+                if (lane == 0) arrive(slotBars + kMaxStages + slot);
+                // The refill as early as the cp.async form's: once every warp has converted this
+                // fill (acquire), `stages` phases ahead.
+                if (warp == kIssuer && phase + stages < 2 * nTiles) {
+                    waitParity(slotBars + kMaxStages + slot, parity);
+                    issue(phase + stages, slot);
+                }
+            }
+        } else {
+            cpAsyncWaitStages(stages);
+            convert(phase, slot);
+            issue(phase + stages, slot);  // refill the slot this thread just drained
+        }
         slot = slot + 1 == stages ? 0 : slot + 1;
     };
 
@@ -684,14 +780,14 @@ inline bool aligned8(const void* p) { return (reinterpret_cast<std::uintptr_t>(p
 // Staging depth for one instantiation on one device, cached per host thread: the depth that
 // maximises blocks/SM × stages (cp.async tiles in flight per SM), ties to more blocks. Occupancy
 // comes from the runtime, so registers and the device's shared memory both count.
-template <int D, typename KvT, bool kFusedNormRope>
+template <int D, typename KvT, bool kFusedNormRope, bool kBulk>
 KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
     thread_local Plan cached;
     if (cached.device == facts.device) {
         out = cached;
         return KernelStatus::Ok;
     }
-    const auto kernel = attentionPrefillKernel<D, KvT, kFusedNormRope>;
+    const auto kernel = attentionPrefillKernel<D, KvT, kFusedNormRope, kBulk>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              facts.maxSharedPerBlockOptin) != cudaSuccess)
         return KernelStatus::LaunchFailed;
@@ -741,15 +837,18 @@ KernelStatus validate(const AttentionPrefillParams& p) {
     return KernelStatus::Ok;
 }
 
-// Calls f.template operator()<D, KvT, kFusedNormRope>() for the parameters' head dim, cache dtype
-// and fuseNormRope.
+// Calls f.template operator()<D, KvT, kFusedNormRope, kBulk>() for the parameters' head dim, cache
+// dtype, fuseNormRope and the staging form (`bulk`: the launcher's choice).
 template <typename F>
-KernelStatus dispatch(const AttentionPrefillParams& p, F&& f) {
-    const auto forDim = [&]<int D>() {
-        const bool bf16 = p.kvDtype == KvDtype::BF16;
+KernelStatus dispatch(const AttentionPrefillParams& p, bool bulk, F&& f) {
+    const auto forFusion = [&]<int D, typename KvT>() {
         if (p.fuseNormRope)
-            return bf16 ? f.template operator()<D, std::uint16_t, true>() : f.template operator()<D, float, true>();
-        return bf16 ? f.template operator()<D, std::uint16_t, false>() : f.template operator()<D, float, false>();
+            return bulk ? f.template operator()<D, KvT, true, true>() : f.template operator()<D, KvT, true, false>();
+        return bulk ? f.template operator()<D, KvT, false, true>() : f.template operator()<D, KvT, false, false>();
+    };
+    const auto forDim = [&]<int D>() {
+        return p.kvDtype == KvDtype::BF16 ? forFusion.template operator()<D, std::uint16_t>()
+                                          : forFusion.template operator()<D, float>();
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();
@@ -775,20 +874,21 @@ bool gridFor(const AttentionPrefillParams& p, dim3& grid) {
 
 namespace prefilldetail {
 // The launch shape for p on the current device, shared by the plan and the launcher so both pick
-// the same: validates p, then calls f.template operator()<D, KvT>(plan, grid).
+// the same: validates p, then calls f.template operator()<D, KvT, kFusedNormRope, kBulk>(plan, grid).
 template <typename F>
 KernelStatus withLaunchShape(const AttentionPrefillParams& p, F&& f) {
     const KernelStatus valid = validate(p);
     if (valid != KernelStatus::Ok) return valid;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;
-    return dispatch(p, [&]<int D, typename KvT, bool kFusedNormRope>() {
+    const bool bulk = p.bulkCopies && facts.computeMajor >= 9;
+    return dispatch(p, bulk, [&]<int D, typename KvT, bool kFusedNormRope, bool kBulk>() {
         Plan pl;
-        const KernelStatus st = planFor<D, KvT, kFusedNormRope>(facts, pl);
+        const KernelStatus st = planFor<D, KvT, kFusedNormRope, kBulk>(facts, pl);
         if (st != KernelStatus::Ok) return st;
         dim3 grid;
         if (!gridFor<D>(p, grid)) return KernelStatus::Unsupported;
-        return f.template operator()<D, KvT, kFusedNormRope>(pl, grid);
+        return f.template operator()<D, KvT, kFusedNormRope, kBulk>(pl, grid);
     });
 }
 }  // namespace prefilldetail
@@ -804,7 +904,8 @@ bool normRopeDescribes(const QkvNormRopeParams& r, const AttentionPrefillParams&
 
 KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPrefillPlan& plan) {
     using namespace prefilldetail;
-    return withLaunchShape(p, [&]<int D, typename KvT, bool>(const Plan& pl, dim3 grid) {
+    return withLaunchShape(p, [&]<int D, typename KvT, bool, bool kBulk>(const Plan& pl, dim3 grid) {
+        plan.bulkCopies = kBulk;
         plan.threads = Shape<D>::kThreads;
         plan.rowsPerBlock = Shape<D>::kRows;
         plan.keysPerTile = Shape<D>::kKeys;
@@ -820,8 +921,8 @@ KernelStatus attentionPrefillPlan(const AttentionPrefillParams& p, AttentionPref
 KernelStatus launchAttentionPrefill(const AttentionPrefillParams& p, cudaStream_t stream) {
     using namespace prefilldetail;
     const int cap32 = p.capacity > INT_MAX ? INT_MAX : static_cast<int>(p.capacity);
-    return withLaunchShape(p, [&]<int D, typename KvT, bool kFusedNormRope>(const Plan& pl, dim3 grid) {
-        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, kFusedNormRope>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
+    return withLaunchShape(p, [&]<int D, typename KvT, bool kFusedNormRope, bool kBulk>(const Plan& pl, dim3 grid) {
+        const cudaError_t err = launchKernel(attentionPrefillKernel<D, KvT, kFusedNormRope, kBulk>, grid, dim3(Shape<D>::kThreads), pl.smem, stream,
                                              p.programmaticLaunch, p, cap32, pl.stages);
         return err == cudaSuccess ? KernelStatus::Ok : KernelStatus::LaunchFailed;
     });

@@ -53,6 +53,10 @@ struct AttentionPrefillParams {
     // sm_90+: programmatic dependent launch (the kernel waits for the kernel before it before
     // reading anything). Ignored elsewhere.
     bool programmaticLaunch = false;
+    // sm_90+: the K/V tiles' raw ring filled by bulk copies (cp.async.bulk on mbarriers, issued by
+    // one warp) instead of every thread's 16-byte cp.async; the same bytes, so the same bits
+    // (docs/PERFORMANCE.md version 31 step 4). Ignored elsewhere.
+    bool bulkCopies = true;
     // The q/k/v norm + RoPE and the cache write inside the launch, for one decode row (rows == 1;
     // AttentionDecodeParams::fuseNormRope with tensorCores, AttentionPrefill.cu "Fused norm +
     // RoPE"): q is then the raw projection (normRope.q must equal it; nothing writes q), every
@@ -76,7 +80,8 @@ struct AttentionPrefillPlan {
     int threads = 0;         // per block
     int rowsPerBlock = 0;    // packed (query row, head-in-group) pairs per block
     int keysPerTile = 0;
-    int rawStages = 0;       // cp.async staging depth, in K-or-V tiles
+    int rawStages = 0;       // staging depth, in K-or-V tiles
+    bool bulkCopies = false; // the raw ring filled by bulk copies (AttentionPrefillParams::bulkCopies on sm_90+)
     std::size_t sharedBytes = 0;
     int blocksPerSm = 0;     // occupancy at that shared-memory size (registers included)
     unsigned gridX = 0;      // kv heads

@@ -243,6 +243,49 @@ __device__ __forceinline__ void cpAsyncWait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ---- device: bulk copies and mbarriers (sm_90+) ------------------------------------------------
+// The Hopper copy engine's one-instruction global->shared copies (cp.async.bulk), completing on an
+// mbarrier that counts their bytes. The instructions exist on sm_90+ only: a caller must not
+// instantiate a use for an older target (AttentionPrefill.cu's bulk instance traps there).
+// An mbarrier expecting `count` arrivals per phase.
+__device__ __forceinline__ void initBarrier(std::uint64_t* b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(b)), "r"(count) : "memory");
+}
+// Makes the barriers' initialization visible to the copy engine (before the block barrier that
+// precedes their first use).
+__device__ __forceinline__ void fenceBarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void waitParity(std::uint64_t* b, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(sharedAddress(b)),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void arrive(std::uint64_t* b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(b)) : "memory");
+}
+// One arrival that also expects `bytes` of bulk copies to complete before the phase does.
+__device__ __forceinline__ void expectBytes(std::uint64_t* b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(b)), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// completing on `full`.
+__device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned bytes, std::uint64_t* full) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sharedAddress(dst)),
+                 "l"(src), "r"(bytes), "r"(sharedAddress(full))
+                 : "memory");
+}
+// Orders this thread's generic-proxy accesses before its later async-proxy ones (bulk copies):
+// shared memory (a slot the block has read, about to be refilled) and global memory (a row this
+// block wrote, about to be read by a bulk copy).
+__device__ __forceinline__ void fenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fenceProxyAsyncGlobal() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 // ---- device: streaming loads -------------------------------------------------------------------
 // Weights are read exactly once per launch: bypass L1 allocation, keep L2 default.
 __device__ __forceinline__ uint4 ldgStream16(const void* p) {

@@ -16,36 +16,12 @@
 namespace gemma::probe {
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-// An mbarrier expecting `count` arrivals per phase.
-__device__ __forceinline__ void initBarrier(std::uint64_t* b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(cuda::sharedAddress(b)), "r"(count) : "memory");
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void waitParity(std::uint64_t* b, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(cuda::sharedAddress(b)),
-        "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void arrive(std::uint64_t* b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(cuda::sharedAddress(b)) : "memory");
-}
-// One arrival that also expects `bytes` of bulk copies to complete before the phase does.
-__device__ __forceinline__ void expectBytes(std::uint64_t* b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(cuda::sharedAddress(b)), "r"(bytes) : "memory");
-}
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
-// completing on `full`.
-__device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned bytes, std::uint64_t* full) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(cuda::sharedAddress(dst)),
-                 "l"(src), "r"(bytes), "r"(cuda::sharedAddress(full))
-                 : "memory");
-}
+// The mbarrier and bulk-copy helpers are CudaCommon.h's (the prefill attention's raw ring uses them too).
+using cuda::arrive;
+using cuda::bulkCopy;
+using cuda::expectBytes;
+using cuda::initBarrier;
+using cuda::waitParity;
 // The GPU's nanosecond clock (comparable across SMs).
 __device__ __forceinline__ unsigned long long globalTime() {
     unsigned long long t;
@@ -60,7 +36,7 @@ __device__ __forceinline__ void initRing(std::uint64_t* full, std::uint64_t* emp
         initBarrier(&full[s], 1);
         initBarrier(&empty[s], consumers);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    cuda::fenceBarrierInit();
 }
 #endif
 

@@ -574,6 +574,21 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         report.addCheck("pieces " + f.name + ": output bit-identical to norm+RoPE, pieces, merge", same, note);
         report.addCheck("pieces " + f.name + ": K/V cache bit-identical, raw q untouched", cachesSame && dq.download() == q,
                         cachesSame ? "" : "cache differs");
+        // The pieces' K/V tiles staged by every thread's cp.async instead of the default (bulk copies
+        // on sm_90+): the same bytes staged and converted, so the same bits and the same caches.
+        {
+            gc::AttentionDecodeParams threadCopies = fusedPieces;
+            threadCopies.bulkCopies = false;
+            bool sameStaging = true;
+            const bool stagingCachesSame = repeatedLaunches(
+                threadCopies,
+                [&](const std::vector<float>& launched) {
+                    sameStaging &= std::memcmp(launched.data(), out.data(), out.size() * sizeof(float)) == 0;
+                },
+                [&] { pieceWs.poison(); });
+            report.addCheck("pieces " + f.name + ": cp.async staging bit-identical to the default staging", sameStaging && stagingCachesSame,
+                            stagingCachesSame ? note : "cache differs");
+        }
         // One stored cache element as a double.
         const auto storedValue = [&](const std::vector<std::uint8_t>& bytes, std::int64_t index) -> double {
             if (bf16) {

@@ -143,6 +143,18 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
     HCHECK_STATUS(gc::launchAttentionPrefill(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> out = dout.download();
+    // On sm_90+ the default stages K/V by bulk copies: the cp.async form must give the same bits
+    // (the same bytes staged, the same conversions), padding columns included.
+    if (plan.bulkCopies) {
+        gc::AttentionPrefillParams threadCopies = p;
+        threadCopies.bulkCopies = false;
+        dout.poison();
+        HCHECK_STATUS(gc::launchAttentionPrefill(threadCopies, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        const std::vector<float> other = dout.download();
+        report.addCheck("  bulk copies bit-identical to cp.async " + f.name,
+                        std::memcmp(other.data(), out.data(), out.size() * sizeof(float)) == 0, "");
+    }
 
     // Every live output finite, every padding column still NaN.
     std::size_t nonFinite = 0, padWritten = 0;
@@ -167,9 +179,9 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
         ++checked;
     }
     char note[200];
-    std::snprintf(note, sizeof note, "[%d thr, %d×%d tile, %d stages, %zu B smem, %d blk/SM, %d/%d rows]",
-                  plan.threads, plan.rowsPerBlock, plan.keysPerTile, plan.rawStages, plan.sharedBytes,
-                  plan.blocksPerSm, checked, rows);
+    std::snprintf(note, sizeof note, "[%d thr, %d×%d tile, %d %s stages, %zu B smem, %d blk/SM, %d/%d rows]",
+                  plan.threads, plan.rowsPerBlock, plan.keysPerTile, plan.rawStages, plan.bulkCopies ? "bulk" : "cp.async",
+                  plan.sharedBytes, plan.blocksPerSm, checked, rows);
     bool ok = report.add("prefill " + f.name, compare(got.data(), ref.data(), got.size()), f.relTol,
                          f.absTol, note);
     if (nonFinite || padWritten) {
@@ -186,6 +198,13 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
         const double us = medianMicros([&](int) { gc::launchAttentionPrefill(p, nullptr); }, 3, 15, 4);
         HCHECK(cudaGetLastError());
         timings.push_back({f.name, us, flops / us * 1e-6, f.window > 0, f.dtype});
+        if (plan.bulkCopies) {  // the cp.async form beside it, for comparison (information only)
+            gc::AttentionPrefillParams threadCopies = p;
+            threadCopies.bulkCopies = false;
+            const double cpUs = medianMicros([&](int) { gc::launchAttentionPrefill(threadCopies, nullptr); }, 3, 15, 4);
+            HCHECK(cudaGetLastError());
+            std::printf("  %-40s %9.1f us with bulk copies, %9.1f us with cp.async\n", f.name.c_str(), us, cpUs);
+        }
     }
     return ok;
 }
