@@ -5,6 +5,8 @@
 // Environment:
 //   GEMMA_SEED=<n>          reuse a seed (default: fresh from std::random_device, printed)
 //   GEMMA_HARNESS_QUICK=1   small fixtures only, no timing (compute-sanitizer runs)
+//   GEMMA_HARNESS_THREAD_COPIES=1  the attention kernels' K/V staging by every thread's cp.async
+//                           instead of the default bulk copies (racecheck runs: bulkCopiesByDefault)
 // Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (CTest SKIP_RETURN_CODE).
 #pragma once
 
@@ -63,6 +65,19 @@ inline void requireDevice(const char* name) {
 inline bool quickMode() {
     const char* q = std::getenv("GEMMA_HARNESS_QUICK");
     return q && q[0] == '1';
+}
+
+// The staging the attention harnesses give their kernels: the default (bulk copies on sm_90+)
+// unless GEMMA_HARNESS_THREAD_COPIES=1. compute-sanitizer's racecheck does not model the
+// happens-before edge from a raw cp.async.bulk's complete_tx on an mbarrier to the threads that
+// wait on it, so it reports every read of a bulk-filled slot as a hazard (flash-attention's
+// AI/RACECHECK_TMA_HAZARD.md found the same: raw cp.async.bulk reported, descriptor TMA clean).
+// scripts/gpu_kernels.sh runs racecheck on the cp.async form (the same ring, the same barriers
+// between its phases); the bulk form is checked bit for bit against it in every other run, and by
+// memcheck and initcheck.
+inline bool bulkCopiesByDefault() {
+    const char* t = std::getenv("GEMMA_HARNESS_THREAD_COPIES");
+    return !(t && t[0] == '1');
 }
 
 // GEMMA_HARNESS_SHARD=i/n (0 <= i < n): a harness runs only the cases whose running number

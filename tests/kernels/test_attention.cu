@@ -125,6 +125,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     dpos.upload(f.positions);
 
     gc::AttentionDecodeParams p;
+    p.bulkCopies = bulkCopiesByDefault();
     p.q = dq.ptr;
     p.qStride = qStride;
     p.kCache = dk.ptr;
@@ -351,6 +352,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
     r.programmaticLaunch = true;
 
     gc::AttentionDecodeParams p;
+    p.bulkCopies = bulkCopiesByDefault();
     p.q = dq.ptr;
     p.qStride = r.qStride;
     p.kCache = dkc.ptr;
@@ -576,7 +578,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                         cachesSame ? "" : "cache differs");
         // The pieces' K/V tiles staged by every thread's cp.async instead of the default (bulk copies
         // on sm_90+): the same bytes staged and converted, so the same bits and the same caches.
-        {
+        if (fusedPieces.bulkCopies) {
             gc::AttentionDecodeParams threadCopies = fusedPieces;
             threadCopies.bulkCopies = false;
             bool sameStaging = true;

@@ -122,6 +122,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
     dpos.upload(positions);
 
     gc::AttentionPrefillParams p;
+    p.bulkCopies = bulkCopiesByDefault();
     p.q = dq.ptr;
     p.qStride = stride;
     p.kCache = dk.ptr;
