@@ -64,6 +64,14 @@ struct Fixture {
 // and P; this harness draws q, K and V from the same distributions).
 constexpr double kTensorCoreRelTol = 1e-3;
 constexpr double kTensorCoreAbsTol = 2e-3;
+// The fused pieces' fixtures against FP64: unit-RMS normed q (weights U(−w,w)) against U(−1,1)
+// cached keys make scores of std ≈ 3.9 at d 512, sharper than the distribution the tolerances
+// above were emulated over (0.5–1.9). tests/kernels/emulate_pieces_rounding.cpp, the same roundings
+// over these fixtures (d 512; 300 seeds each): relative L2 up to 1.18e-3 (p99 9.6e-4) and
+// max|err|/max|ref| up to 2.76e-3 (p99 2.1–2.3e-3); the GPU measured 8.6e-4 and 2.24e-3 at seed
+// 149849228406940283 (version 32). Hence test_attention_prefill.cu's sharp tolerances here.
+constexpr double kFusedPiecesRelTol = 2e-3;
+constexpr double kFusedPiecesAbsTol = 4e-3;
 
 std::int64_t bandStart(const Fixture& f, int pos) {
     std::int64_t start = 0;
@@ -658,7 +666,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                     ref[static_cast<std::size_t>(h) * d + i] = acc / sum;
                 }
             }
-            report.add("pieces " + f.name + " vs FP64", compare(out.data(), ref.data(), out.size()), kTensorCoreRelTol, kTensorCoreAbsTol,
+            report.add("pieces " + f.name + " vs FP64", compare(out.data(), ref.data(), out.size()), kFusedPiecesRelTol, kFusedPiecesAbsTol,
                        note);
         }
         // Programmatic launch: only the last producer overlaps the kernel, so each input it reads
