@@ -47,7 +47,7 @@ run_job() {
   log="$BUILD/race/$h.${shard//\//-of-}.log"
   local env_shard=
   [[ $shard != - ]] && env_shard=$shard
-  GEMMA_HARNESS_QUICK=1 GEMMA_HARNESS_SHARD=$env_shard timeout "$TIMEOUT" compute-sanitizer --tool racecheck \
+  GEMMA_HARNESS_QUICK=1 GEMMA_HARNESS_SHARD=$env_shard GEMMA_HARNESS_THREAD_COPIES=1 timeout "$TIMEOUT" compute-sanitizer --tool racecheck \
     --error-exitcode 99 --print-limit 20 "$BUILD/$h" > "$log" 2>&1
   local rc=$?
   echo "$h $shard rc=$rc $(grep -E '^SUMMARY' "$log" | sed 's/^SUMMARY //') | $(grep -E 'RACECHECK SUMMARY' "$log" | sed 's/=* *//')"

@@ -189,7 +189,8 @@ public:
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
           fusedPiecesNormRope_(options.fusedPiecesNormRope),
-          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), clusterFullKeysOption_(options.clusterFullAttentionKeys),
+          clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), bulkCopies_(options.bulkCopies),
+          clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
           attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
@@ -290,7 +291,8 @@ public:
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
-               (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (persistentLmHead_ ? "" : ", one-shot lm_head") +
+               (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (bulkCopies_ ? "" : ", attention K/V by cp.async") +
+               (persistentLmHead_ ? "" : ", one-shot lm_head") +
                (fuseFullAttention_ ? ", small-group full layers fused" : "") +
                (tensorCoreSlidingAttention_ ? ", tensor-core sliding attention" : "") +
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
@@ -869,6 +871,7 @@ private:
         // version 8).
         p.tensorCores = tensorCoreAttention_ && rows == 1 && !fusedAttentionFor(layer, rows) &&
                         (g.type != LayerType::Sliding || tensorCoreSlidingAttention_);
+        p.bulkCopies = bulkCopies_;  // the tensor-core attention's K/V staging (OpenOptions::bulkCopies)
         return p;
     }
 
@@ -1816,6 +1819,7 @@ private:
     bool tensorCoreSlidingAttention_ = false;
     bool fusedPiecesNormRope_ = true;   // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
     bool clusterAttentionHeadSplit_ = true;
+    bool bulkCopies_ = true;  // OpenOptions::bulkCopies
     int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
     int fullBandKeysOption_ = -1;     // OpenOptions::fullAttentionBandKeys
