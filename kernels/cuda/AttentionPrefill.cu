@@ -44,7 +44,7 @@
 //   barrier C  (V(t) converted; everyone finished reading K(t), so the K tile is free)
 //   convert K(t+1); issue phase +stages;  O += P·V(t)
 // Keys past the block's last live key are zero-filled by cp.async (the cache is not read).
-// Bulk form (AttentionPrefillParams::bulkCopies, sm_90+; docs/PERFORMANCE.md version 31 step 4):
+// Bulk form (AttentionPrefillParams::bulkCopies, sm_90+; docs/PERFORMANCE.md version 31 step 4, kept in version 32):
 // the same ring, filled by cp.async.bulk instead of every thread's 16-byte cp.async (4096 of them
 // per 64 KB phase, whose issue took ≈ 1 µs per phase in the decode's pieces). One warp (the last)
 // arms slot s's full mbarrier with the phase's live bytes and copies its live rows (one copy per
