@@ -146,9 +146,9 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
     const std::vector<float> out = dout.download();
     // On sm_90+ the default stages K/V by bulk copies: the cp.async form must give the same bits
     // (the same bytes staged, the same conversions), padding columns included.
+    gc::AttentionPrefillParams threadCopies = p;
+    threadCopies.bulkCopies = false;
     if (plan.bulkCopies) {
-        gc::AttentionPrefillParams threadCopies = p;
-        threadCopies.bulkCopies = false;
         dout.poison();
         HCHECK_STATUS(gc::launchAttentionPrefill(threadCopies, nullptr));
         HCHECK(cudaDeviceSynchronize());
@@ -200,8 +200,6 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
         HCHECK(cudaGetLastError());
         timings.push_back({f.name, us, flops / us * 1e-6, f.window > 0, f.dtype});
         if (plan.bulkCopies) {  // the cp.async form beside it, for comparison (information only)
-            gc::AttentionPrefillParams threadCopies = p;
-            threadCopies.bulkCopies = false;
             const double cpUs = medianMicros([&](int) { gc::launchAttentionPrefill(threadCopies, nullptr); }, 3, 15, 4);
             HCHECK(cudaGetLastError());
             std::printf("  %-40s %9.1f us with bulk copies, %9.1f us with cp.async\n", f.name.c_str(), us, cpUs);
