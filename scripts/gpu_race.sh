@@ -7,6 +7,8 @@
 # every case. A harness without shards (all but test_attention) runs as one job.
 #   GPU_RACE_HARNESSES  harnesses to check (default: test_attention test_topk)
 #   GPU_RACE_SHARDS     shards of test_attention (default 42)
+#   GPU_RACE_SHARD_LIST test_attention's shards as a list of i/n (e.g. "12/126 54/126 96/126": the
+#                       cases of shard 12 of 42 in three jobs), instead of all of GPU_RACE_SHARDS
 #   GPU_RACE_JOBS       jobs at once (default: the CPU count)
 #   GPU_RACE_TIMEOUT    seconds per job (default 420: the slowest shard of 42 took ≈ 240 s alone in
 #                       version 22, before steps 8 and 9 added checks to every fused case)
@@ -36,7 +38,11 @@ jobs_file="$BUILD/race/jobs.txt"
 : > "$jobs_file"
 for h in $HARNESSES; do
   if [[ $h == test_attention ]]; then
-    for ((i = 0; i < SHARDS; ++i)); do echo "$h $i/$SHARDS" >> "$jobs_file"; done
+    if [[ -n ${GPU_RACE_SHARD_LIST:-} ]]; then
+      for s in $GPU_RACE_SHARD_LIST; do echo "$h $s" >> "$jobs_file"; done
+    else
+      for ((i = 0; i < SHARDS; ++i)); do echo "$h $i/$SHARDS" >> "$jobs_file"; done
+    fi
   else
     echo "$h -" >> "$jobs_file"
   fi

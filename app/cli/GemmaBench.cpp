@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (every full layer unless --fused-full-attention) on the fp32 CUDA-core split kernel instead of tensor cores"},
-         {"thread-copies", false, "stage the tensor-core attention's K/V with every thread's cp.async instead of bulk copies (sm_90+; the same results; for compute-sanitizer racecheck)"},
+         {"thread-copies", false, "stage the decode's tensor-core attention pieces' K/V with every thread's cp.async instead of bulk copies (sm_90+; the same results; for compute-sanitizer racecheck)"},
          {"split-attention", false, "run the fused decode attention of sliding layers on the split kernel (last-block merge) instead of thread-block clusters"},
          {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},

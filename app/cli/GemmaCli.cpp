@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
          {"separate-attention", false, "GPU: run a decode step's attention as three launches instead of one fused launch"},
          {"separate-norms", false, "GPU: run a decode step's residual norms as their own kernels instead of inside the matvecs"},
          {"cuda-core-attention", false, "GPU: run the decode attention of full layers with large query groups on the fp32 CUDA-core kernel instead of tensor cores"},
-         {"thread-copies", false, "GPU: stage the tensor-core attention's K/V with every thread's cp.async instead of bulk copies (the same results; for compute-sanitizer racecheck)"},
+         {"thread-copies", false, "GPU: stage the decode's tensor-core attention pieces' K/V with every thread's cp.async instead of bulk copies (the same results; for compute-sanitizer racecheck)"},
          {"split-attention", false, "GPU: run the fused decode attention of sliding layers on the split kernel instead of thread-block clusters"},
          {"quiet", false, "do not print statistics to stderr"}});
     if (auto exitCode = cli.parseStandard(argc, argv)) return *exitCode;

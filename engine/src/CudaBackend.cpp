@@ -1706,9 +1706,13 @@ private:
     Status attention(int l, int rows) {
         if (rows > 1 && gemmMinRows_ > 0 && rows >= gemmMinRows_) {
             // Prefill chunk: flash attention on tensor cores (fp16 operands, fp32 softmax and
-            // accumulation), all rows of the chunk in one launch.
-            return kernelError(kc::launchAttentionPrefill(kc::attentionPrefillForm(attentionParams(l, rows)), stream_),
-                               "prefill attention");
+            // accumulation), all rows of the chunk in one launch. Its K/V tiles are staged by every
+            // thread's cp.async whatever OpenOptions::bulkCopies says: the bulk copies made pp512 and
+            // pp2048 ≈ 2 % slower on the H200's 12b (docs/PERFORMANCE.md version 33), where they
+            // make the decode's pieces faster.
+            kc::AttentionPrefillParams form = kc::attentionPrefillForm(attentionParams(l, rows));
+            form.bulkCopies = false;
+            return kernelError(kc::launchAttentionPrefill(form, stream_), "prefill attention");
         }
         return kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention");
     }

@@ -55,8 +55,9 @@ struct AttentionPrefillParams {
     bool programmaticLaunch = false;
     // sm_90+: the K/V tiles' raw ring filled by bulk copies (cp.async.bulk on mbarriers, issued by
     // one warp) instead of every thread's 16-byte cp.async; the same bytes, so the same bits
-    // (docs/PERFORMANCE.md version 31 step 4; version 32: +1.2 % at a 32K depth on the H200). Ignored
-    // elsewhere.
+    // (docs/PERFORMANCE.md version 31 step 4; version 32: +1.2 % at a 32K depth on the H200, as the
+    // decode's pieces; version 33: 2 % slower in 2048-row prefill chunks, where the engine turns it
+    // off). Ignored elsewhere.
     bool bulkCopies = true;
     // The q/k/v norm + RoPE and the cache write inside the launch, for one decode row (rows == 1;
     // AttentionDecodeParams::fuseNormRope with tensorCores, AttentionPrefill.cu "Fused norm +

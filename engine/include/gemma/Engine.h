@@ -207,11 +207,12 @@ struct OpenOptions {
     // clusterHeadSplit, where kc::clusterHeadSplitPays; the same bits per head). e2b decodes 3 %
     // faster, e4b 1 % (docs/PERFORMANCE.md version 19); off: one cluster per kv head (comparisons).
     bool clusterAttentionHeadSplit = true;
-    // CUDA (sm_90+): the tensor-core attention (prefill, and the decode's full-layer pieces) stages
-    // its K/V tiles with bulk copies issued by one warp (cp.async.bulk on mbarriers) instead of
-    // every thread's 16-byte cp.async; the same bits. +1.2 % at a 32K depth on the H200's 12b
-    // (docs/PERFORMANCE.md version 32). false: cp.async (compute-sanitizer racecheck, which does
-    // not model the bulk copies' mbarrier completion and reports their reads as hazards).
+    // CUDA (sm_90+): the decode's tensor-core attention pieces (full layers) stage their K/V tiles
+    // with bulk copies issued by one warp (cp.async.bulk on mbarriers) instead of every thread's
+    // 16-byte cp.async; the same bits. +1.2 % at a 32K depth on the H200's 12b (docs/PERFORMANCE.md
+    // version 32). Prefill chunks keep cp.async either way: there the bulk copies cost 2 % (version
+    // 33). false: cp.async (compute-sanitizer racecheck, which does not model the bulk copies'
+    // mbarrier completion and reports their reads as hazards).
     bool bulkCopies = true;
     // CUDA, with clusterAttention: full layers with at most 8 query heads per kv head (e2b, e4b,
     // 31b) run their decode attention as the cluster form (one launch: norm + RoPE, attention,
