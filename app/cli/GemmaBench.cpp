@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -112,6 +113,18 @@ Json stepBuckets(const std::vector<gemma::StepStats>& steps) {
 }
 
 // The markdown table of a bucketsJson object.
+// Writes text to path; false, said on stderr, when the file cannot be written whole.
+bool writeText(const std::string& path, const std::string& text) {
+    std::ofstream file(path, std::ios::binary);
+    file << text;
+    file.close();
+    if (!file) {
+        std::cerr << "gemma-bench: could not write " << path << "\n";
+        return false;
+    }
+    return true;
+}
+
 void writeBucketTable(std::ostream& md, const Json& buckets) {
     md << "| bucket | ms/token | launches/step |\n|---|---|---|\n";
     char line[128];
@@ -168,6 +181,7 @@ int main(int argc, char** argv) {
          {"cluster-full-attention-keys", true, "run the decode attention of full layers with at most 8 query heads per KV head (e2b, e4b, 31b) as thread-block clusters while the band is at most N keys (0: never; default: where that is faster on the H200, 192 keys for e2b and 31b, 384 for e4b)", "N"},
          {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
+         {"step-timeline", true, "write the traced decode step as a sequence of launches (CSV: position, kernel, mean start and end µs after the step's first start, µs charged by the buckets' rule) to FILE; needs the sweep", "FILE"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"full-attention-band-keys", true, "while the band is at most N keys, split the full layers' decode attention pieces for N keys instead of the KV allocation, at allocations above N (default 4096; 0: never)", "N"},
          {"one-shot-lm-head", false, "run the decode lm_head on the one-shot grid of 4-row warps, launched programmatically, instead of the resident grid of 8-row warps launched ordinarily (same logits; the kernel table times it too)"},
@@ -247,6 +261,12 @@ int main(int argc, char** argv) {
     }
     options.kernelTimeline = cli.has("timeline-steps");
     const bool hostSampling = cli.has("host-sampling");
+    const std::optional<std::string> stepTimelinePath = cli.value("step-timeline");
+    if (stepTimelinePath && (skipped("sweep") || hostSampling)) {
+        std::cerr << "gemma-bench: --step-timeline needs the sweep's traced greedy run (drop sweep from --skip, and --host-sampling)\n";
+        return 1;
+    }
+    std::vector<gemma::TracedPosition> stepTimeline;  // --step-timeline's rows, from the traced run
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     // The allocation sweep decodes after the prompt in every allocation: say so now, not after
     // the ceilings and the package are written.
@@ -512,6 +532,14 @@ int main(int argc, char** argv) {
             traced["unavailable"] = run ? std::string("the backend recorded no timeline") : run.status().message();
         }
         first["traced"] = traced;
+        if (stepTimelinePath) {
+            if (run && !run->trace.sequence.empty()) stepTimeline = run->trace.sequence;
+            else std::cerr << "gemma-bench: no step timeline: "
+                           << (!run ? run.status().message()
+                                    : !run->traced ? std::string("the backend recorded no timeline")
+                                                   : std::string("the traced steps did not all run one kernel sequence"))
+                           << "\n";
+        }
     }
 
     // The backend's final description says whether the graph passed its self-check.
@@ -574,7 +602,19 @@ int main(int argc, char** argv) {
         md << line;
     }
     std::cout << md.str();
-    if (auto path = cli.value("markdown")) std::ofstream(*path) << md.str();
-    if (auto path = cli.value("json")) std::ofstream(*path) << results.dump(2) << "\n";
-    return 0;
+    bool written = true;
+    if (auto path = cli.value("markdown")) written = writeText(*path, md.str()) && written;
+    if (auto path = cli.value("json")) written = writeText(*path, results.dump(2) + "\n") && written;
+    if (stepTimelinePath) {
+        std::ostringstream csv;
+        csv << "position,kernel,start_us,end_us,charged_us\n";
+        for (std::size_t i = 0; i < stepTimeline.size(); ++i) {
+            const auto& p = stepTimeline[i];
+            // Kernel names hold commas (template arguments): quoted, as CSV does.
+            std::snprintf(line, sizeof line, "%zu,\"%s\",%.3f,%.3f,%.3f\n", i, p.name.c_str(), p.startUs, p.endUs, p.chargedUs);
+            csv << line;
+        }
+        written = !stepTimeline.empty() && writeText(*stepTimelinePath, csv.str()) && written;
+    }
+    return written ? 0 : 1;
 }

@@ -13,6 +13,7 @@
 
 #include "gemma/Config.h"
 #include "gemma/Engine.h"
+#include "StepAttribution.h"
 #include "gemma/Sampler.h"
 #include "gemma/Status.h"
 
@@ -74,6 +75,11 @@ struct KernelTraceSummary {
     double busyMs = 0.0;
     int unknownKernels = 0;
     std::vector<KernelShare> kernels;
+    // Every kernel run, in the order recorded, its bucket field naming timelineNames[bucket] (the
+    // display name): for stepSequence (StepAttribution.h), which needs the step count only the
+    // caller knows.
+    std::vector<TimedKernel> timeline;
+    std::vector<std::string> timelineNames;
 };
 
 class Backend {

@@ -550,6 +550,8 @@ private:
             summary.kernels[k].chargedMs = perKernel.bucketMs[k];
             summary.kernels[k].launches = perKernel.launches[k];
         }
+        for (const auto& kernel : summary.kernels) summary.timelineNames.push_back(kernel.name);  // row order, before the sort
+        summary.timeline = std::move(byKernel);
         std::stable_sort(summary.kernels.begin(), summary.kernels.end(),
                          [](const KernelShare& a, const KernelShare& b) { return a.chargedMs > b.chargedMs; });
         return summary;

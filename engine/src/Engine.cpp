@@ -411,6 +411,10 @@ private:
                         result.trace.kernels.push_back({kernel.name, kernel.chargedMs / n, kernel.launches / n,
                                                         kernel.launches > 0 ? 1e3 * kernel.durationMs / kernel.launches : 0.0});
                     }
+                    for (const auto& position : stepSequence(summary->timeline, request.decodeTokens)) {
+                        result.trace.sequence.push_back({summary->timelineNames[static_cast<std::size_t>(position.kernel)], position.startUs,
+                                                         position.endUs, position.chargedUs});
+                    }
                 }
             }
         }

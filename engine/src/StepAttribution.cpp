@@ -11,12 +11,21 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 
 namespace gemma {
 
 namespace {
 
 double nsToMs(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// The kernels' indices in order of (start, position in the input): a strict total order.
+std::vector<std::size_t> startOrder(std::span<const TimedKernel> kernels, std::vector<std::size_t> order) {
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return kernels[a].startNs != kernels[b].startNs ? kernels[a].startNs < kernels[b].startNs : a < b;
+    });
+    return order;
+}
 
 }  // namespace
 
@@ -35,9 +44,7 @@ StepAttribution attributeKernels(std::span<const TimedKernel> kernels, int bucke
     }
     if (order.empty()) return result;
     // (start, position) is a strict total order, so the result does not depend on the sort.
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return kernels[a].startNs != kernels[b].startNs ? kernels[a].startNs < kernels[b].startNs : a < b;
-    });
+    order = startOrder(kernels, std::move(order));
 
     std::vector<std::uint64_t> bucketNs(buckets, 0);
     const std::uint64_t firstStart = kernels[order.front()].startNs;
@@ -60,6 +67,41 @@ StepAttribution attributeKernels(std::span<const TimedKernel> kernels, int bucke
     result.busyMs = nsToMs(busyNs);
     result.firstStartToLastEndMs = nsToMs(lastEnd - firstStart);
     return result;
+}
+
+std::vector<SequencePosition> stepSequence(std::span<const TimedKernel> kernels, int steps) {
+    if (steps <= 0 || kernels.empty() || kernels.size() % static_cast<std::size_t>(steps) != 0) return {};
+    std::vector<std::size_t> all(kernels.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::vector<std::size_t> order = startOrder(kernels, std::move(all));
+    const std::size_t perStep = kernels.size() / static_cast<std::size_t>(steps);
+
+    std::vector<SequencePosition> positions(perStep);
+    std::vector<double> startNs(perStep, 0.0), endNs(perStep, 0.0), chargedNs(perStep, 0.0);
+    std::uint64_t coveredUntil = kernels[order.front()].startNs;  // as in attributeKernels
+    for (std::size_t step = 0; step < static_cast<std::size_t>(steps); ++step) {
+        const std::uint64_t stepStart = kernels[order[step * perStep]].startNs;
+        for (std::size_t k = 0; k < perStep; ++k) {
+            const TimedKernel& kernel = kernels[order[step * perStep + k]];
+            if (step == 0) positions[k].kernel = kernel.bucket;
+            else if (positions[k].kernel != kernel.bucket) return {};
+            const std::uint64_t end = std::max(kernel.endNs, kernel.startNs);
+            const std::uint64_t from = std::max(kernel.startNs, coveredUntil);
+            if (end > from) {
+                chargedNs[k] += static_cast<double>(end - from);
+                coveredUntil = end;
+            }
+            startNs[k] += static_cast<double>(kernel.startNs - stepStart);
+            endNs[k] += static_cast<double>(end - stepStart);
+        }
+    }
+    const double perStepUs = 1e3 * steps;  // ns summed over the steps → mean µs
+    for (std::size_t k = 0; k < perStep; ++k) {
+        positions[k].startUs = startNs[k] / perStepUs;
+        positions[k].endUs = endNs[k] / perStepUs;
+        positions[k].chargedUs = chargedNs[k] / perStepUs;
+    }
+    return positions;
 }
 
 }  // namespace gemma

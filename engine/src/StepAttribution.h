@@ -41,4 +41,22 @@ struct StepAttribution {
 //     bucketCount <= 0 gives empty vectors and ignores every kernel.
 StepAttribution attributeKernels(std::span<const TimedKernel> kernels, int bucketCount);
 
+// One position of a repeated step's kernel sequence, averaged over the steps (stepSequence).
+struct SequencePosition {
+    int kernel = 0;         // the TimedKernel::bucket at this position (the same in every step)
+    double startUs = 0.0;   // mean start after its step's first start
+    double endUs = 0.0;     // mean end after its step's first start
+    double chargedUs = 0.0; // mean time charged to it by the rule at the top of this file
+};
+
+// The timeline of `steps` runs of one kernel sequence (the decode graph replayed), position by
+// position: the kernels, ordered by (start, position in the input) as attributeKernels orders
+// them, are cut into `steps` runs of equal length. Time is charged over the whole timeline, so a
+// step's first kernel is charged nothing while the previous step's last still runs, and the
+// positions' chargedUs sum to attributeKernels' busyMs / steps (in µs). Empty when steps <= 0,
+// when the kernel count is not a multiple of steps, or when a position holds different kernels in
+// different steps (the steps did not run one sequence): the caller reports no sequence rather
+// than a wrong one. Every bucket value counts (none is ignored).
+std::vector<SequencePosition> stepSequence(std::span<const TimedKernel> kernels, int steps);
+
 }  // namespace gemma

@@ -185,5 +185,67 @@ TEST(StepAttribution, RandomTimelinesMatchABruteForceReference) {
     }
 }
 
+// ---- stepSequence ------------------------------------------------------------------------------
+
+// Two steps of the sequence A, B, C (kernel ids 7, 3, 7), given shuffled. B starts before A ends
+// (programmatic overlap) and step 2's A starts before step 1's C ends.
+//   step 1: A [100, 300), B [250, 400), C [400, 500)
+//   step 2: A [480, 700), B [690, 800), C [820, 900)
+TEST(StepSequence, AveragesEachPositionOverTheSteps) {
+    const std::vector<TimedKernel> kernels = {{3, 690, 800}, {7, 100, 300}, {7, 820, 900}, {7, 400, 500},
+                                              {3, 250, 400}, {7, 480, 700}};
+    const std::vector<SequencePosition> seq = stepSequence(kernels, 2);
+    ASSERT_EQ(seq.size(), 3u);
+    EXPECT_EQ(seq[0].kernel, 7);
+    EXPECT_EQ(seq[1].kernel, 3);
+    EXPECT_EQ(seq[2].kernel, 7);
+    // Starts and ends after each step's first start (100 and 480), in µs.
+    EXPECT_NEAR(seq[0].startUs, 0.0, 1e-12);
+    EXPECT_NEAR(seq[0].endUs, (0.200 + 0.220) / 2, 1e-12);
+    EXPECT_NEAR(seq[1].startUs, (0.150 + 0.210) / 2, 1e-12);
+    EXPECT_NEAR(seq[1].endUs, (0.300 + 0.320) / 2, 1e-12);
+    EXPECT_NEAR(seq[2].startUs, (0.300 + 0.340) / 2, 1e-12);
+    EXPECT_NEAR(seq[2].endUs, (0.400 + 0.420) / 2, 1e-12);
+    // Charged: step 1 A 200, B 100 (from 300), C 100; step 2 A 200 (from 500: C owns 480-500),
+    // B 100 (from 700), C 80.
+    EXPECT_NEAR(seq[0].chargedUs, (0.200 + 0.200) / 2, 1e-12);
+    EXPECT_NEAR(seq[1].chargedUs, (0.100 + 0.100) / 2, 1e-12);
+    EXPECT_NEAR(seq[2].chargedUs, (0.100 + 0.080) / 2, 1e-12);
+}
+
+TEST(StepSequence, ChargedTimeSumsToTheBusyTimePerStep) {
+    std::mt19937 rng(20261202);
+    std::uniform_int_distribution<std::uint64_t> gap(0, 50), length(1, 120), overlap(0, 30);
+    for (int trial = 0; trial < 20; ++trial) {
+        const int steps = 1 + trial % 5;
+        const int perStep = 1 + trial % 7;
+        std::vector<TimedKernel> kernels;
+        std::uint64_t t = 0;
+        for (int s = 0; s < steps; ++s) {
+            for (int k = 0; k < perStep; ++k) {
+                // Strictly increasing starts, ends that may reach past the next start.
+                t += 1 + gap(rng);
+                kernels.push_back({k % 3, t, t + length(rng) + overlap(rng)});
+            }
+        }
+        const std::vector<SequencePosition> seq = stepSequence(kernels, steps);
+        ASSERT_EQ(seq.size(), static_cast<std::size_t>(perStep)) << "trial " << trial;
+        double chargedUs = 0;
+        for (const auto& p : seq) chargedUs += p.chargedUs;
+        const StepAttribution a = attributeKernels(kernels, 3);
+        EXPECT_NEAR(chargedUs * steps, 1e3 * a.busyMs, 1e-6) << "trial " << trial;
+    }
+}
+
+TEST(StepSequence, RefusesTimelinesThatAreNotOneRepeatedSequence) {
+    const std::vector<TimedKernel> five = {{1, 0, 10}, {2, 10, 20}, {1, 20, 30}, {2, 30, 40}, {1, 40, 50}};
+    EXPECT_TRUE(stepSequence(five, 2).empty());  // 5 kernels are not 2 equal steps
+    const std::vector<TimedKernel> swapped = {{1, 0, 10}, {2, 10, 20}, {2, 20, 30}, {1, 30, 40}};
+    EXPECT_TRUE(stepSequence(swapped, 2).empty());  // position 0 holds 1, then 2
+    EXPECT_EQ(stepSequence(swapped, 1).size(), 4u);  // as one step it is a sequence
+    EXPECT_TRUE(stepSequence(swapped, 0).empty());
+    EXPECT_TRUE(stepSequence(std::vector<TimedKernel>{}, 3).empty());
+}
+
 }  // namespace
 }  // namespace gemma

@@ -302,12 +302,23 @@ struct TracedKernel {
     double launches = 0.0;    // per token (a mean)
     double meanUs = 0.0;      // one launch's own start-to-end time, overlap with neighbours included
 };
+// One position of the step's kernel sequence, averaged over the traced steps: times in µs after
+// the step's first kernel started; chargedUs by the buckets' rule.
+struct TracedPosition {
+    std::string name;
+    double startUs = 0.0;
+    double endUs = 0.0;
+    double chargedUs = 0.0;
+};
 struct TracedBuckets {
     std::array<double, kBucketCount> bucketMs{};
     std::array<double, kBucketCount> launches{};  // kernels per token (a mean)
     double busyMs = 0.0;
     int unknownKernels = 0;  // kernels no bucket claims (counted in norm_elementwise)
     std::vector<TracedKernel> kernels;
+    // The step as a sequence of launches, one entry per position; empty when the traced steps
+    // did not all run the same sequence (different graph forms, or kernels outside the steps).
+    std::vector<TracedPosition> sequence;
 };
 struct DecodeBenchmarkResult {
     int contextAllocation = 0;
