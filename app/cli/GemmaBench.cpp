@@ -112,7 +112,6 @@ Json stepBuckets(const std::vector<gemma::StepStats>& steps) {
     return bucketsJson(ms, launches);
 }
 
-// The markdown table of a bucketsJson object.
 // Writes text to path; false, said on stderr, when the file cannot be written whole.
 bool writeText(const std::string& path, const std::string& text) {
     std::ofstream file(path, std::ios::binary);
@@ -125,6 +124,7 @@ bool writeText(const std::string& path, const std::string& text) {
     return true;
 }
 
+// The markdown table of a bucketsJson object.
 void writeBucketTable(std::ostream& md, const Json& buckets) {
     md << "| bucket | ms/token | launches/step |\n|---|---|---|\n";
     char line[128];

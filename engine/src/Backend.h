@@ -13,9 +13,9 @@
 
 #include "gemma/Config.h"
 #include "gemma/Engine.h"
-#include "StepAttribution.h"
 #include "gemma/Sampler.h"
 #include "gemma/Status.h"
+#include "StepAttribution.h"
 
 namespace gemma {
 
