@@ -267,6 +267,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::vector<gemma::TracedPosition> stepTimeline;  // --step-timeline's rows, from the traced run
+    std::string stepTimelineMissing = "the traced steps did not all run one kernel sequence";  // why, when empty
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     // The allocation sweep decodes after the prompt in every allocation: say so now, not after
     // the ceilings and the package are written.
@@ -531,15 +532,9 @@ int main(int argc, char** argv) {
         } else {
             traced["unavailable"] = run ? std::string("the backend recorded no timeline") : run.status().message();
         }
+        if (run && run->traced) stepTimeline = run->trace.sequence;
+        else stepTimelineMissing = traced["unavailable"].get<std::string>();
         first["traced"] = traced;
-        if (stepTimelinePath) {
-            if (run && !run->trace.sequence.empty()) stepTimeline = run->trace.sequence;
-            else std::cerr << "gemma-bench: no step timeline: "
-                           << (!run ? run.status().message()
-                                    : !run->traced ? std::string("the backend recorded no timeline")
-                                                   : std::string("the traced steps did not all run one kernel sequence"))
-                           << "\n";
-        }
     }
 
     // The backend's final description says whether the graph passed its self-check.
@@ -605,7 +600,10 @@ int main(int argc, char** argv) {
     bool written = true;
     if (auto path = cli.value("markdown")) written = writeText(*path, md.str()) && written;
     if (auto path = cli.value("json")) written = writeText(*path, results.dump(2) + "\n") && written;
-    if (stepTimelinePath) {
+    if (stepTimelinePath && stepTimeline.empty()) {
+        std::cerr << "gemma-bench: no step timeline: " << stepTimelineMissing << "\n";
+        written = false;
+    } else if (stepTimelinePath) {
         std::ostringstream csv;
         csv << "position,kernel,start_us,end_us,charged_us\n";
         for (std::size_t i = 0; i < stepTimeline.size(); ++i) {
@@ -614,7 +612,7 @@ int main(int argc, char** argv) {
             std::snprintf(line, sizeof line, "%zu,\"%s\",%.3f,%.3f,%.3f\n", i, p.name.c_str(), p.startUs, p.endUs, p.chargedUs);
             csv << line;
         }
-        written = !stepTimeline.empty() && writeText(*stepTimelinePath, csv.str()) && written;
+        written = writeText(*stepTimelinePath, csv.str()) && written;
     }
     return written ? 0 : 1;
 }

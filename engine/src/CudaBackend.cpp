@@ -873,7 +873,11 @@ private:
         // version 8).
         p.tensorCores = tensorCoreAttention_ && rows == 1 && !fusedAttentionFor(layer, rows) &&
                         (g.type != LayerType::Sliding || tensorCoreSlidingAttention_);
-        p.bulkCopies = bulkCopies_;  // the tensor-core attention's K/V staging (OpenOptions::bulkCopies)
+        // The tensor-core attention's K/V staging (OpenOptions::bulkCopies): the decode's pieces
+        // only. Prefill chunks stage by every thread's cp.async: there the bulk copies made pp512 and
+        // pp2048 ≈ 2 % slower on the H200's 12b (docs/PERFORMANCE.md version 33). Rows above 1 that
+        // are not a prefill chunk run no tensor-core attention, so nothing else reads it.
+        p.bulkCopies = bulkCopies_ && rows == 1;
         return p;
     }
 
@@ -1708,13 +1712,9 @@ private:
     Status attention(int l, int rows) {
         if (rows > 1 && gemmMinRows_ > 0 && rows >= gemmMinRows_) {
             // Prefill chunk: flash attention on tensor cores (fp16 operands, fp32 softmax and
-            // accumulation), all rows of the chunk in one launch. Its K/V tiles are staged by every
-            // thread's cp.async whatever OpenOptions::bulkCopies says: the bulk copies made pp512 and
-            // pp2048 ≈ 2 % slower on the H200's 12b (docs/PERFORMANCE.md version 33), where they
-            // make the decode's pieces faster.
-            kc::AttentionPrefillParams form = kc::attentionPrefillForm(attentionParams(l, rows));
-            form.bulkCopies = false;
-            return kernelError(kc::launchAttentionPrefill(form, stream_), "prefill attention");
+            // accumulation), all rows of the chunk in one launch.
+            return kernelError(kc::launchAttentionPrefill(kc::attentionPrefillForm(attentionParams(l, rows)), stream_),
+                               "prefill attention");
         }
         return kernelError(kc::launchAttentionDecode(attentionParams(l, rows), stream_), "attention");
     }

@@ -76,30 +76,28 @@ std::vector<SequencePosition> stepSequence(std::span<const TimedKernel> kernels,
     const std::vector<std::size_t> order = startOrder(kernels, std::move(all));
     const std::size_t perStep = kernels.size() / static_cast<std::size_t>(steps);
 
+    // The kernels in start order, each under its position in the step: attributeKernels then
+    // charges them by its rule (the same order, so the same ties), per position over all steps.
+    std::vector<TimedKernel> byPosition(kernels.size());
     std::vector<SequencePosition> positions(perStep);
-    std::vector<double> startNs(perStep, 0.0), endNs(perStep, 0.0), chargedNs(perStep, 0.0);
-    std::uint64_t coveredUntil = kernels[order.front()].startNs;  // as in attributeKernels
-    for (std::size_t step = 0; step < static_cast<std::size_t>(steps); ++step) {
-        const std::uint64_t stepStart = kernels[order[step * perStep]].startNs;
-        for (std::size_t k = 0; k < perStep; ++k) {
-            const TimedKernel& kernel = kernels[order[step * perStep + k]];
-            if (step == 0) positions[k].kernel = kernel.bucket;
-            else if (positions[k].kernel != kernel.bucket) return {};
-            const std::uint64_t end = std::max(kernel.endNs, kernel.startNs);
-            const std::uint64_t from = std::max(kernel.startNs, coveredUntil);
-            if (end > from) {
-                chargedNs[k] += static_cast<double>(end - from);
-                coveredUntil = end;
-            }
-            startNs[k] += static_cast<double>(kernel.startNs - stepStart);
-            endNs[k] += static_cast<double>(end - stepStart);
-        }
+    std::vector<double> startNs(perStep, 0.0), endNs(perStep, 0.0);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        const std::size_t k = i % perStep;
+        const TimedKernel& kernel = kernels[order[i]];
+        if (i < perStep) positions[k].kernel = kernel.bucket;
+        else if (positions[k].kernel != kernel.bucket) return {};
+        const std::uint64_t stepStart = kernels[order[i - k]].startNs;
+        const std::uint64_t end = std::max(kernel.endNs, kernel.startNs);
+        startNs[k] += static_cast<double>(kernel.startNs - stepStart);
+        endNs[k] += static_cast<double>(end - stepStart);
+        byPosition[i] = {static_cast<int>(k), kernel.startNs, kernel.endNs};
     }
+    const StepAttribution charged = attributeKernels(byPosition, static_cast<int>(perStep));
     const double perStepUs = 1e3 * steps;  // ns summed over the steps → mean µs
     for (std::size_t k = 0; k < perStep; ++k) {
         positions[k].startUs = startNs[k] / perStepUs;
         positions[k].endUs = endNs[k] / perStepUs;
-        positions[k].chargedUs = chargedNs[k] / perStepUs;
+        positions[k].chargedUs = 1e3 * charged.bucketMs[k] / steps;
     }
     return positions;
 }
