@@ -497,11 +497,12 @@ struct IntegerB {
 };
 
 // What a lane (g, q) of the integer path holds for the whole launch: its B column g (plane, ones
-// or zeros), the ones-column fold of q = 0 lanes, and the weights of its two C columns (2q, 2q+1)
+// or zeros), the ones-column fold of q = 0 lanes (negated, so that the group's end adds it with one
+// multiply-add: docs/PERFORMANCE.md version 34), and the weights of its two C columns (2q, 2q+1)
 // in Σ w·X (see groupDotInteger).
 struct IntegerLane {
     IntegerB b;
-    int fold;
+    int negativeFold;  // −kOnesColumnFold on q = 0 lanes, else 0
     float weight0, weight1;
 };
 __device__ __forceinline__ IntegerLane integerLane(int g, int q, const std::uint8_t* planes, const float* factors, int groups) {
@@ -513,7 +514,7 @@ __device__ __forceinline__ IntegerLane integerLane(int g, int q, const std::uint
     } else {
         l.b.plane = reinterpret_cast<const uint4*>(planes + constantsOffset(groups) + (g == 1 ? kOnesOffset : kZerosOffset));
     }
-    l.fold = q == 0 ? formats::fp4decode::kOnesColumnFold : 0;
+    l.negativeFold = q == 0 ? -formats::fp4decode::kOnesColumnFold : 0;
     l.weight0 = formats::fp4decode::columnWeight(2 * q);
     l.weight1 = formats::fp4decode::columnWeight(2 * q + 1);
     return l;
@@ -550,14 +551,14 @@ __device__ __forceinline__ IntegerX loadIntegerX(const IntegerB& b, int group) {
 
 // The end of one group of the integer path: the signed sums (positive − negative chains) times
 // the group's weight scales (two bf16, rows g and g+8) and x's factor, into acc (see groupDotInteger).
-__device__ __forceinline__ void accumulateGroup(const int (&pos)[4], const int (&neg)[4], std::uint32_t scales, float factor, int fold,
+__device__ __forceinline__ void accumulateGroup(const int (&pos)[4], const int (&neg)[4], std::uint32_t scales, float factor, int negativeFold,
                                                 float (&acc)[4]) {
     const int c0 = pos[0] - neg[0], c1 = pos[1] - neg[1], c2 = pos[2] - neg[2], c3 = pos[3] - neg[3];
     const float scaleA = __uint_as_float(scales << 16) * factor;
     const float scaleB = __uint_as_float(scales & 0xFFFF0000u) * factor;
-    acc[0] = fmaf(static_cast<float>(c0 - fold * c1), scaleA, acc[0]);
+    acc[0] = fmaf(static_cast<float>(c0 + negativeFold * c1), scaleA, acc[0]);
     acc[1] = fmaf(static_cast<float>(c1), scaleA, acc[1]);
-    acc[2] = fmaf(static_cast<float>(c2 - fold * c3), scaleB, acc[2]);
+    acc[2] = fmaf(static_cast<float>(c2 + negativeFold * c3), scaleB, acc[2]);
     acc[3] = fmaf(static_cast<float>(c3), scaleB, acc[3]);
 }
 
@@ -566,7 +567,7 @@ __device__ __forceinline__ void accumulateGroup(const int (&pos)[4], const int (
 // on q = 0 lanes); acc[1], acc[3]: its second column. STORED: the words are the tiled layout's
 // stored codes (Fp4Tiled.h), whose negative selectors cost a multiply-add instead of an xor.
 template <bool STORED>
-__device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const IntegerX& x, int fold, float (&acc)[4]) {
+__device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const IntegerX& x, int negativeFold, float (&acc)[4]) {
     const std::uint32_t wordsA[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w};
     const std::uint32_t wordsB[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
     // One chain per sign (four chains per group, by word parity, measured no faster).
@@ -586,7 +587,7 @@ __device__ __forceinline__ void groupDotInteger(const GroupLoad& g, const Intege
         imma16832(pos, p, x.b[2 * j], x.b[2 * j + 1]);
         imma16832(neg, n, x.b[2 * j], x.b[2 * j + 1]);
     }
-    accumulateGroup(pos, neg, g.scales, x.factor, fold, acc);
+    accumulateGroup(pos, neg, g.scales, x.factor, negativeFold, acc);
 }
 
 __device__ __forceinline__ std::uint32_t absBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
@@ -909,29 +910,69 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
     };
 
-    for (int k0 = 0; k0 < items; k0 += D) {
+    // The integer path with one group per item walks x's lane bytes and factors by pointer: the
+    // item after group G is G + kMmaWarps, and a tile's first is `warp` again (GPI 1 only).
+    constexpr bool WALK_X = INTEGER && GPI == 1;
+    const uint4* xWalk = nullptr;
+    const float* factorWalk = nullptr;
+    const auto rewindX = [&] {
+        if constexpr (WALK_X) {
+            xWalk = intLane.b.plane + warp * intLane.b.stride;
+            factorWalk = intLane.b.factor + warp;
+        }
+    };
+    rewindX();
+    // Item u of the current round: its groups' products into the accumulators (the same
+    // arithmetic in the same order whichever loop below runs it).
+    const auto compute = [&](int u) {
+#pragma unroll
+        for (int s = 0; s < GPI; ++s) {
+            const int local = computeItem * GPI + s;
+            if (GPI > 1 && local >= myGroups) break;
+            [[maybe_unused]] const int G = warp + local * kMmaWarps;
+            if constexpr (INTEGER) {
+                IntegerX xg;
+                if constexpr (WALK_X) {
+                    const uint4 x0 = xWalk[0], x1 = xWalk[1];
+                    xg = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}, *factorWalk};
+                    xWalk += kMmaWarps * intLane.b.stride;
+                    factorWalk += kMmaWarps;
+                } else {
+                    xg = loadIntegerX(intLane.b, G);
+                }
+                groupDotInteger<TILED>(slot[u][s], xg, intLane.negativeFold, intAcc);
+                if constexpr (GEGLU) groupDotInteger<TILED>(slotUp[u][s], xg, intLane.negativeFold, intUpAcc);
+            } else {
+                groupDot<SPLIT, TILED>(slot[u][s], xsLane + G * 16, q, accA, accB);
+                if constexpr (GEGLU) groupDot<SPLIT, TILED>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
+            }
+        }
+    };
+    const auto advance = [&] {
+        if (++computeItem == myItems) {
+            computeItem = 0;
+            rewindX();
+            flush(computeTile++);
+        }
+    };
+    // Rounds of D items. While a whole round and every refill D items on exist (all but the last
+    // one or two rounds), no item tests its bounds (docs/PERFORMANCE.md version 34, lever 2).
+    int k0 = 0;
+    for (; k0 + 2 * D <= items; k0 += D) {
+#pragma unroll
+        for (int u = 0; u < D; ++u) {
+            compute(u);
+            fetch(u);
+            advance();
+        }
+    }
+    for (; k0 < items; k0 += D) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             if (k0 + u >= items) break;
-#pragma unroll
-            for (int s = 0; s < GPI; ++s) {
-                const int local = computeItem * GPI + s;
-                if (GPI > 1 && local >= myGroups) break;
-                const int G = warp + local * kMmaWarps;
-                if constexpr (INTEGER) {
-                    const IntegerX xg = loadIntegerX(intLane.b, G);
-                    groupDotInteger<TILED>(slot[u][s], xg, intLane.fold, intAcc);
-                    if constexpr (GEGLU) groupDotInteger<TILED>(slotUp[u][s], xg, intLane.fold, intUpAcc);
-                } else {
-                    groupDot<SPLIT, TILED>(slot[u][s], xsLane + G * 16, q, accA, accB);
-                    if constexpr (GEGLU) groupDot<SPLIT, TILED>(slotUp[u][s], xsLane + G * 16, q, upAccA, upAccB);
-                }
-            }
+            compute(u);
             if (k0 + u + D < items) fetch(u);
-            if (++computeItem == myItems) {
-                computeItem = 0;
-                flush(computeTile++);
-            }
+            advance();
         }
     }
     // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.

@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistentStepKernel(PersistentAr
                         return l;
                     };
                     const fd::IntegerX xg = fd::loadIntegerX(il.b, g0 + cw);
-                    fd::groupDotInteger<true>(load(0), xg, il.fold, acc);
-                    if (op.geglu) fd::groupDotInteger<true>(load(1), xg, il.fold, accUp);
+                    fd::groupDotInteger<true>(load(0), xg, il.negativeFold, acc);
+                    if (op.geglu) fd::groupDotInteger<true>(load(1), xg, il.negativeFold, accUp);
                 }
                 __syncwarp();
                 if (lane == 0) arrive(&empty[s]);
@@ -284,7 +284,7 @@ __device__ __forceinline__ float4 combinedQuad(const EvenOp& op, bool cut, int q
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // groupDotInteger without the decode (kRawCodes): the same mmas and the same end of the group
 // (accumulateGroup), the code words themselves as the A fragments.
-__device__ __forceinline__ void rawCodesGroupDot(const fd::GroupLoad& g, const fd::IntegerX& x, int fold, float (&acc)[4]) {
+__device__ __forceinline__ void rawCodesGroupDot(const fd::GroupLoad& g, const fd::IntegerX& x, int negativeFold, float (&acc)[4]) {
     const std::uint32_t a[4] = {g.rowA.x, g.rowA.y, g.rowA.z, g.rowA.w}, b[4] = {g.rowB.x, g.rowB.y, g.rowB.z, g.rowB.w};
     int pos[4] = {0, 0, 0, 0}, neg[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -293,7 +293,7 @@ __device__ __forceinline__ void rawCodesGroupDot(const fd::GroupLoad& g, const f
         fd::imma16832(pos, p, x.b[2 * j], x.b[2 * j + 1]);
         fd::imma16832(neg, n, x.b[2 * j], x.b[2 * j + 1]);
     }
-    fd::accumulateGroup(pos, neg, g.scales, x.factor, fold, acc);
+    fd::accumulateGroup(pos, neg, g.scales, x.factor, negativeFold, acc);
 }
 
 // Op k's input (the previous op's output, combined; x0 for op 0) → the integer planes.
@@ -424,8 +424,8 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) evenSplitStepKernel(EvenArgs
                     }
 #pragma unroll
                     for (int u = 0; u < IPW; ++u) {
-                        if (args.mode & kRawCodes) rawCodesGroupDot(l[u], xg[u], il.fold, acc);
-                        else fd::groupDotInteger<true>(l[u], xg[u], il.fold, acc);
+                        if (args.mode & kRawCodes) rawCodesGroupDot(l[u], xg[u], il.negativeFold, acc);
+                        else fd::groupDotInteger<true>(l[u], xg[u], il.negativeFold, acc);
                     }
                 }
                 __syncwarp();
