@@ -719,13 +719,8 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
 struct TileRows {
     const std::uint8_t *codesA, *codesB;
     const std::uint16_t *scalesA, *scalesB;
-    // Tiled layout: the segment's codes + the lane's 16 bytes, its scale words + g, and the warp's
-    // next item. An item's addresses are base + item·size, one wide multiply-add each (a 32-bit
-    // index: the compiler cannot turn it into 64-bit pointer steps), so that the GeGLU's up
-    // weight costs one per address instead of a 64-bit add of its distance.
-    const uint4* tiled;
-    const std::uint32_t* tiledScales;
-    std::uint32_t item;
+    const uint4* tiled;                 // the warp's next item of the tile + lane (tiled layout)
+    const std::uint32_t* tiledScales;  // that item's scale words + g
 };
 
 __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
@@ -751,9 +746,8 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
     t.scalesA = S.scales + rowA * groups;
     t.scalesB = S.scales + rowB * groups;
     const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups + warp;
-    t.tiled = reinterpret_cast<const uint4*>(S.codes) + g * 4 + q;
-    t.tiledScales = reinterpret_cast<const std::uint32_t*>(S.scales) + g;
-    t.item = static_cast<std::uint32_t>(item0);
+    t.tiled = reinterpret_cast<const uint4*>(S.codes) + item0 * 64 + g * 4 + q;
+    t.tiledScales = reinterpret_cast<const std::uint32_t*>(S.scales) + item0 * 8 + g;
     return t;
 }
 
@@ -821,9 +815,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     if (items > 0) loadRows = tileRows(args, blockIdx.x, warp, g, q, groups);
     // GeGLU's up weight sits at a fixed distance from the gate (one segment): in the tiled layout's
     // 16-byte and 4-byte units, once.
-    const uint4* const tiledUp = GEGLU ? reinterpret_cast<const uint4*>(args.segment[0].upCodes) + g * 4 + q : nullptr;
-    const std::uint32_t* const tiledUpScales =
-        GEGLU ? reinterpret_cast<const std::uint32_t*>(args.segment[0].upScales) + g : nullptr;
+    const std::ptrdiff_t tiledUpDelta = GEGLU ? (args.segment[0].upCodes - args.segment[0].codes) / 16 : 0;
+    const std::ptrdiff_t tiledUpScaleDelta = GEGLU ? (args.segment[0].upScales - args.segment[0].scales) / 2 : 0;
     static_assert(!TILED || GPI == 1, "the tiled layout: one group per item");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
@@ -835,19 +828,18 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             const int local = loadItem * GPI + s;
             if (GPI > 1 && local >= myGroups) break;  // a partial last item: its slot is not read
             if constexpr (TILED) {  // GPI 1: the warp's next item, then the one kMmaWarps groups on
-                const std::uint64_t codeUnits = static_cast<std::uint64_t>(loadRows.item) * 64;
-                const std::uint64_t scaleUnits = static_cast<std::uint64_t>(loadRows.item) * 8;
-                const uint4* item = loadRows.tiled + codeUnits;
+                const uint4* item = loadRows.tiled;
                 dst[s].rowA = ldgStream16(item);
                 dst[s].rowB = ldgStream16(item + 32);
-                dst[s].scales = __ldg(loadRows.tiledScales + scaleUnits);
+                dst[s].scales = __ldg(loadRows.tiledScales);
                 if constexpr (GEGLU) {
-                    const uint4* upItem = tiledUp + codeUnits;
+                    const uint4* upItem = item + tiledUpDelta;
                     dstUp[s].rowA = ldgStream16(upItem);
                     dstUp[s].rowB = ldgStream16(upItem + 32);
-                    dstUp[s].scales = __ldg(tiledUpScales + scaleUnits);
+                    dstUp[s].scales = __ldg(loadRows.tiledScales + tiledUpScaleDelta);
                 }
-                loadRows.item += kMmaWarps;
+                loadRows.tiled += kMmaWarps * 64;
+                loadRows.tiledScales += kMmaWarps * 8;
                 continue;
             }
             const int G = warp + local * kMmaWarps;
