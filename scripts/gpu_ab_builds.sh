@@ -26,8 +26,12 @@
 #                    the working tree, each from its own tree, before the A/B; into ab.txt (a base
 #                    then needs its own version of a changed harness source too, e.g. a kernel's
 #                    test file that uses a new parameter)
-# Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries and the
-# phases where asked, then per run the bench markdown.
+#   GEMMA_AB_SASS    a regex over mangled kernel names (e.g. "fp4MatvecMmaKernel.*XFormE2E.*Lb1EE"):
+#                    those kernels' compute-loop hot path in every tree, from its build's object of
+#                    GEMMA_AB_SASS_SOURCE (default Fp4Matvec.cu), by scripts/sass_item_path.py
+#                    (instructions per 1 KB weight item, the refill's places), into ab.txt
+# Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries, the
+# SASS hot paths and the phases where asked, then per run the bench markdown.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -80,6 +84,19 @@ if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
     [ $rc = 0 ] || exit 1
     rm -f "$out/$h.log"
   done
+fi
+if [ -n "${GEMMA_AB_SASS:-}" ]; then
+  sassPath() {  # sassPath BUILD LABEL
+    local object
+    object=$(find "$1" -name "${GEMMA_AB_SASS_SOURCE:-Fp4Matvec.cu}.o" -path '*gemma_kernels_cuda*' | head -1)
+    echo "=== SASS [$2] ${object:-(no object of ${GEMMA_AB_SASS_SOURCE:-Fp4Matvec.cu} found)}" >> "$out/ab.txt"
+    [ -n "$object" ] || return 0
+    cuobjdump -sass "$object" > "$out/sass.tmp" 2>&1 &&
+      python3 scripts/sass_item_path.py "$out/sass.tmp" --function "$GEMMA_AB_SASS" >> "$out/ab.txt" 2>&1
+    rm -f "$out/sass.tmp"
+  }
+  for b in "${bases[@]}"; do sassPath "$(baseBuild "$b")" "$(basename "$b")"; done
+  sassPath /tmp/gemma-build new
 fi
 if [ -n "${GEMMA_AB_PHASES:-}" ]; then
   # Each tree times its own kernels: a base's from the tree buildBase laid out.
