@@ -157,7 +157,7 @@ def main():
         mma = sum(is_mma(t) for t in path)
         items = mma / args.mma_per_item if mma else 0
         print(f"   steady round's hot path: {len(path)} instructions, {mma} tensor-core"
-              + (f" = {items:g} items, {len(path) / items:.1f} instructions per item" if items else ""))
+              + (f" = {items:g} KB of weights, {len(path) / items:.1f} instructions per 1 KB item" if items else ""))
         counts = collections.Counter(classify(opcode(t)) for t in path)
         for cls, n in sorted(counts.items(), key=lambda kv: -kv[1]):
             print(f"     {cls:20s} {n:5d}" + (f"   {n / items:6.1f} per item" if items else ""))
