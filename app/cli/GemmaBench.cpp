@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::vector<gemma::TracedPosition> stepTimeline;  // --step-timeline's rows, from the traced run
-    std::string stepTimelineMissing = "the traced steps did not all run one kernel sequence";  // why, when empty
+    std::string stepTimelineMissing = "the decode sweep gave no run to trace";  // why, when empty
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     // The allocation sweep decodes after the prompt in every allocation: say so now, not after
     // the ceilings and the package are written.
@@ -529,11 +529,12 @@ int main(int argc, char** argv) {
             for (const auto& k : run->trace.kernels)
                 kernelShares.push_back({{"name", k.name}, {"ms_per_token", k.ms}, {"launches_per_step", k.launches}, {"mean_us", k.meanUs}});
             traced["kernels"] = kernelShares;
+            stepTimeline = run->trace.sequence;
+            stepTimelineMissing = "the traced steps did not all run one kernel sequence";
         } else {
             traced["unavailable"] = run ? std::string("the backend recorded no timeline") : run.status().message();
+            stepTimelineMissing = traced["unavailable"].get<std::string>();
         }
-        if (run && run->traced) stepTimeline = run->trace.sequence;
-        else stepTimelineMissing = traced["unavailable"].get<std::string>();
         first["traced"] = traced;
     }
 

@@ -543,10 +543,13 @@ struct IntegerX {
     std::uint32_t b[8];
     float factor;
 };
+// The lane's 32 bytes at `lane` and the group's factor at `factor`.
+__device__ __forceinline__ IntegerX loadIntegerXAt(const uint4* lane, const float* factor) {
+    const uint4 x0 = lane[0], x1 = lane[1];
+    return {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}, *factor};
+}
 __device__ __forceinline__ IntegerX loadIntegerX(const IntegerB& b, int group) {
-    const uint4* p = b.plane + group * b.stride;
-    const uint4 x0 = p[0], x1 = p[1];
-    return {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}, b.factor[group]};
+    return loadIntegerXAt(b.plane + group * b.stride, b.factor + group);
 }
 
 // The end of one group of the integer path: the signed sums (positive − negative chains) times
@@ -933,8 +936,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             if constexpr (INTEGER) {
                 IntegerX xg;
                 if constexpr (WALK_X) {
-                    const uint4 x0 = xWalk[0], x1 = xWalk[1];
-                    xg = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}, *factorWalk};
+                    xg = loadIntegerXAt(xWalk, factorWalk);
                     xWalk += kMmaWarps * intLane.b.stride;
                     factorWalk += kMmaWarps;
                 } else {
