@@ -42,11 +42,11 @@ for b in ${GEMMA_AB_BASE:-}; do
   [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
   bases+=("$(cd "$b" && pwd)")
 done
+source scripts/lib/build_engine.sh
 configure() {  # configure SOURCE BUILD TARGETS...
   local src=$1 build=$2
   shift 2
-  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real \
-    >> "$out/build.log" 2>&1 && cmake --build "$build" -j 16 --target "$@" >> "$out/build.log" 2>&1
+  build_engine "$src" "$build" "$out/build.log" "$@"
 }
 # A base's tree: the working tree with the base's files laid over it (build outputs and the
 # base directories left out). Times kept (tar and cp -p), so that a second call on a warm machine

@@ -15,9 +15,9 @@ note() { summary+=("$1"); echo "== $1"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 build=/tmp/gemma-build
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF \
-      -DCMAKE_CUDA_ARCHITECTURES=90-real > "$out/build.log" 2>&1 \
-  && cmake --build "$build" -j 16 >> "$out/build.log" 2>&1
+source scripts/lib/build_engine.sh
+: > "$out/build.log"
+build_engine . "$build" "$out/build.log"
 if [[ $? -ne 0 ]]; then note "build: FAILED (see build.log)"; tail -40 "$out/build.log"; exit 1; fi
 note "build: ok"
 

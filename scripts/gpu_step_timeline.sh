@@ -14,8 +14,9 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gemma-out}
 mkdir -p "$out"
 build=/tmp/gemma-build
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real > /dev/null &&
-  cmake --build "$build" -j "$(nproc)" --target gemma-bench > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+source scripts/lib/build_engine.sh
+: > "$out/build.log"
+build_engine . "$build" "$out/build.log" gemma-bench || { tail -30 "$out/build.log"; exit 1; }
 rm -f "$out/build.log"
 IFS=';' read -r -a variants <<< "${GEMMA_TIMELINE_VARIANTS-;--thread-copies}"
 [[ ${#variants[@]} -eq 0 ]] && variants=("")

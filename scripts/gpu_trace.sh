@@ -17,8 +17,9 @@ harnesses=${GEMMA_HARNESS:-test_fp8_lmhead}
   source scripts/lib/build_harnesses.sh
   HARNESS_JOBS=6 build_harnesses "$kbuild" "$out/kbuild.log" $harnesses > /dev/null
 } &
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA_BUILD_UI=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real > /dev/null &&
-  cmake --build "$build" -j 10 --target gemma-bench engine_tests > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+source scripts/lib/build_engine.sh
+: > "$out/build.log"
+BUILD_JOBS=10 build_engine . "$build" "$out/build.log" gemma-bench engine_tests || { tail -30 "$out/build.log"; exit 1; }
 wait || { tail -30 "$out/kbuild.log"; exit 1; }
 rm -f "$out/build.log" "$out/kbuild.log"
 {
