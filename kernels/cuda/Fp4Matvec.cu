@@ -722,8 +722,13 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
 struct TileRows {
     const std::uint8_t *codesA, *codesB;
     const std::uint16_t *scalesA, *scalesB;
-    const uint4* tiled;                 // the warp's next item of the tile + lane (tiled layout)
-    const std::uint32_t* tiledScales;  // that item's scale words + g
+    // Tiled layout: the segment's codes + the lane's 16 bytes, its scale words + g, and the warp's
+    // next item. An item's addresses are base + item·size, one wide multiply-add each (a 32-bit
+    // index: the compiler cannot turn it into 64-bit pointer steps), so that the GeGLU's up
+    // weight costs one per address instead of a 64-bit add of its distance.
+    const uint4* tiled;
+    const std::uint32_t* tiledScales;
+    std::uint32_t item;
 };
 
 __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
@@ -735,8 +740,8 @@ __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
 }
 
 // The code pointers include the lane's offset inside a group's 64-byte slice (q·16); the tiled
-// pointers start at the warp's first item of the tile (group `warp`), and the fetch advances them
-// by kMmaWarps items, so that a tiled item's addresses cost two pointer increments.
+// pointers hold the segment's base plus the lane's offset, and `item` starts at the warp's first
+// item of the tile (group `warp`); the fetch advances it by kMmaWarps items.
 __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int warp, int g, int q, int groups) {
     const MmaSegment& S = args.segment[segmentOf(args, tile)];
     const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
@@ -749,8 +754,9 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
     t.scalesA = S.scales + rowA * groups;
     t.scalesB = S.scales + rowB * groups;
     const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups + warp;
-    t.tiled = reinterpret_cast<const uint4*>(S.codes) + item0 * 64 + g * 4 + q;
-    t.tiledScales = reinterpret_cast<const std::uint32_t*>(S.scales) + item0 * 8 + g;
+    t.tiled = reinterpret_cast<const uint4*>(S.codes) + g * 4 + q;
+    t.tiledScales = reinterpret_cast<const std::uint32_t*>(S.scales) + g;
+    t.item = static_cast<std::uint32_t>(item0);
     return t;
 }
 
@@ -818,8 +824,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     if (items > 0) loadRows = tileRows(args, blockIdx.x, warp, g, q, groups);
     // GeGLU's up weight sits at a fixed distance from the gate (one segment): in the tiled layout's
     // 16-byte and 4-byte units, once.
-    const std::ptrdiff_t tiledUpDelta = GEGLU ? (args.segment[0].upCodes - args.segment[0].codes) / 16 : 0;
-    const std::ptrdiff_t tiledUpScaleDelta = GEGLU ? (args.segment[0].upScales - args.segment[0].scales) / 2 : 0;
+    const uint4* const tiledUp = GEGLU ? reinterpret_cast<const uint4*>(args.segment[0].upCodes) + g * 4 + q : nullptr;
+    const std::uint32_t* const tiledUpScales =
+        GEGLU ? reinterpret_cast<const std::uint32_t*>(args.segment[0].upScales) + g : nullptr;
     static_assert(!TILED || GPI == 1, "the tiled layout: one group per item");
     GroupLoad slot[D][GPI];
     GroupLoad slotUp[GEGLU ? D : 1][GPI];
@@ -831,18 +838,19 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             const int local = loadItem * GPI + s;
             if (GPI > 1 && local >= myGroups) break;  // a partial last item: its slot is not read
             if constexpr (TILED) {  // GPI 1: the warp's next item, then the one kMmaWarps groups on
-                const uint4* item = loadRows.tiled;
+                const std::uint64_t codeUnits = static_cast<std::uint64_t>(loadRows.item) * 64;
+                const std::uint64_t scaleUnits = static_cast<std::uint64_t>(loadRows.item) * 8;
+                const uint4* item = loadRows.tiled + codeUnits;
                 dst[s].rowA = ldgStream16(item);
                 dst[s].rowB = ldgStream16(item + 32);
-                dst[s].scales = __ldg(loadRows.tiledScales);
+                dst[s].scales = __ldg(loadRows.tiledScales + scaleUnits);
                 if constexpr (GEGLU) {
-                    const uint4* upItem = item + tiledUpDelta;
+                    const uint4* upItem = tiledUp + codeUnits;
                     dstUp[s].rowA = ldgStream16(upItem);
                     dstUp[s].rowB = ldgStream16(upItem + 32);
-                    dstUp[s].scales = __ldg(loadRows.tiledScales + tiledUpScaleDelta);
+                    dstUp[s].scales = __ldg(tiledUpScales + scaleUnits);
                 }
-                loadRows.tiled += kMmaWarps * 64;
-                loadRows.tiledScales += kMmaWarps * 8;
+                loadRows.item += kMmaWarps;
                 continue;
             }
             const int G = warp + local * kMmaWarps;
@@ -1192,6 +1200,13 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
         if (p.twoGroupItems || misaligned4(p.scales) || (GEGLU && misaligned4(p.upScales))) return KernelStatus::InvalidArgument;
         for (int e = 0; e < p.extraCount; ++e)
             if (misaligned4(p.extra[e].scales)) return KernelStatus::InvalidArgument;
+        // The fetch indexes a weight's items with 32 bits (TileRows::item), so its tiles · groups
+        // (and the kMmaWarps items a warp steps past its last) must fit: 4 TiB of codes per weight.
+        const std::int64_t groups = formats::fp4RowBytes(p.in) / 64;
+        auto tooManyItems = [&](std::int64_t out) { return ((out + kMmaTileRows - 1) / kMmaTileRows) * groups + kMmaWarps > 0xffffffffLL; };
+        if (tooManyItems(p.out)) return KernelStatus::Unsupported;
+        for (int e = 0; e < p.extraCount; ++e)
+            if (tooManyItems(p.extra[e].out)) return KernelStatus::Unsupported;
     }
     for (int e = 0; e < p.extraCount; ++e) {
         const auto& x = p.extra[e];
