@@ -181,7 +181,8 @@ int main(int argc, char** argv) {
          {"cluster-full-attention-keys", true, "run the decode attention of full layers with at most 8 query heads per KV head (e2b, e4b, 31b) as thread-block clusters while the band is at most N keys (0: never; default: where that is faster on the H200, 192 keys for e2b and 31b, 384 for e4b)", "N"},
          {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
-         {"step-timeline", true, "write the traced decode step as a sequence of launches (CSV: position, kernel, mean start and end µs after the step's first start, µs charged by the buckets' rule) to FILE; needs the sweep", "FILE"},
+         {"step-timeline", true, "write the traced decode step as a sequence of launches (CSV: position, kernel, mean start and end µs after the step's first start, µs charged by the buckets' rule) to FILE; needs the traced point's part (--trace-point)", "FILE"},
+         {"trace-point", true, "which decode point's greedy chain the kernel timeline records, at the end of the run: sweep (the first allocation sweep point, the default) or depth (the deepest depth point)", "POINT"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
          {"full-attention-band-keys", true, "while the band is at most N keys, split the full layers' decode attention pieces for N keys instead of the KV allocation, at allocations above N (default 4096; 0: never)", "N"},
          {"one-shot-lm-head", false, "run the decode lm_head on the one-shot grid of 4-row warps, launched programmatically, instead of the resident grid of 8-row warps launched ordinarily (same logits; the kernel table times it too)"},
@@ -262,12 +263,23 @@ int main(int argc, char** argv) {
     options.kernelTimeline = cli.has("timeline-steps");
     const bool hostSampling = cli.has("host-sampling");
     const std::optional<std::string> stepTimelinePath = cli.value("step-timeline");
-    if (stepTimelinePath && (skipped("sweep") || hostSampling)) {
-        std::cerr << "gemma-bench: --step-timeline needs the sweep's traced greedy run (drop sweep from --skip, and --host-sampling)\n";
+    // The kernel timeline's decode point: the first sweep point's (tg) or the deepest depth
+    // point's (tg-depth) greedy chain.
+    const std::string tracePoint = cli.value("trace-point").value_or("sweep");
+    if (tracePoint != "sweep" && tracePoint != "depth") {
+        std::cerr << "gemma-bench: --trace-point must be sweep or depth\n";
+        return 1;
+    }
+    const char* const tracedPart = tracePoint == "depth" ? "depth" : "sweep";  // its --skip word
+    const char* const tracedSweep = tracePoint == "depth" ? "depth sweep" : "allocation sweep";
+    const char* const tracedTest = tracePoint == "depth" ? "tg-depth" : "tg";
+    if (stepTimelinePath && (skipped(tracedPart) || hostSampling)) {
+        std::cerr << "gemma-bench: --step-timeline needs the " << tracedSweep << "'s traced greedy run (drop " << tracedPart
+                  << " from --skip, and --host-sampling)\n";
         return 1;
     }
     std::vector<gemma::TracedPosition> stepTimeline;  // --step-timeline's rows, from the traced run
-    std::string stepTimelineMissing = "the decode sweep gave no run to trace";  // why, when empty
+    std::string stepTimelineMissing = std::string("the ") + tracedSweep + " gave no run to trace";  // why, when empty
     const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     // The allocation sweep decodes after the prompt in every allocation: say so now, not after
     // the ceilings and the package are written.
@@ -386,7 +398,9 @@ int main(int argc, char** argv) {
                                      {"decode_tokens", request.decodeTokens},
                                      {"tokens_per_second", plain->tokensPerSecond},
                                      {"ms_per_token", plain->msPerToken},
-                                     {"instrumented_tokens_per_second", timed->tokensPerSecond},
+                                     // A point without the instrumented run (the depth sweep's) has no buckets:
+                                     // null, not the plain run's empty ones.
+                                     {"instrumented_tokens_per_second", alsoInstrumented ? Json(timed->tokensPerSecond) : Json()},
                                      {"decode_path", hostSampling ? "host sampling" : "device greedy chain"},
                                      {"device_greedy_tokens_per_second", alsoInstrumented || !hostSampling ? Json(deviceChainTps) : Json()},
                                      {"host_sampling_tokens_per_second", alsoInstrumented || hostSampling ? Json(hostSamplingTps) : Json()},
@@ -398,8 +412,8 @@ int main(int argc, char** argv) {
                                      // --no-graph or its self-check refused it; instrumented steps launch directly (event pairs).
                                      {"cuda_graph_plain_run",
                                       (*engine)->info().backend.find(hostSampling ? "graph on" : "greedy chain on") != std::string::npos},
-                                     {"buckets", stepBuckets(timed->steps)},
-                                     {"instrumented_timing", instrumentedTiming(timed->steps)},
+                                     {"buckets", alsoInstrumented ? stepBuckets(timed->steps) : Json()},
+                                     {"instrumented_timing", alsoInstrumented ? Json(instrumentedTiming(timed->steps)) : Json()},
                                      {"traced", Json()}});
         char alongside[96] = "";
         if (alsoInstrumented) {
@@ -502,13 +516,18 @@ int main(int argc, char** argv) {
         }
     }
 
-    // Last of all, the first sweep point's plain greedy chain again with the GPU's kernel timeline
-    // recorded (CUPTI): the buckets of the steps as they really run, graph and programmatic
-    // overlap included. Last, because CUPTI stays attached to the process once started and the
+    // Last of all, the traced point's plain greedy chain again (the first sweep point's, or with
+    // --trace-point depth the deepest depth point's) with the GPU's kernel timeline recorded
+    // (CUPTI): the buckets of the steps as they really run, graph and programmatic overlap
+    // included. Last, because CUPTI stays attached to the process once started and the
     // host-interactive decode paths measured slower with it (docs/PERFORMANCE.md version 10).
-    if (!skipped("sweep") && !hostSampling && results.contains("decode") && !results["decode"].empty()) {
+    Json* tracedEntry = nullptr;
+    if (!skipped(tracedPart) && !hostSampling && results.contains("decode"))
+        for (Json& entry : results["decode"])
+            if (entry["test"] == tracedTest && (tracePoint == "depth" || !tracedEntry)) tracedEntry = &entry;
+    if (tracedEntry) {
         std::fprintf(stderr, "kernel timeline...\n");
-        Json& first = results["decode"][0];
+        Json& first = *tracedEntry;
         gemma::DecodeBenchmarkRequest request;
         request.contextAllocation = first["allocation"].get<int>();
         request.promptTokens = first["prompt_tokens"].get<int>();
@@ -559,7 +578,8 @@ int main(int argc, char** argv) {
         }
         md << line;
     }
-    if (results.contains("decode") && !results["decode"].empty()) {
+    // The instrumented buckets: the first sweep point's (the depth sweep's points have none).
+    if (results.contains("decode") && !results["decode"].empty() && results["decode"][0]["buckets"].is_object()) {
         const auto& first = results["decode"][0];
         auto rate = [](const Json& value) { return value.is_number() ? std::to_string(static_cast<int>(value.get<double>())) : std::string("—"); };
         md << "\nBuckets (alloc " << first["allocation"].get<int>() << ", instrumented "
@@ -570,17 +590,28 @@ int main(int argc, char** argv) {
            << "); plain run as a CUDA graph: " << (first["cuda_graph_plain_run"].get<bool>() ? "yes" : "no")
            << "; instrumented steps timed by " << first["instrumented_timing"].get<std::string>() << ")\n\n";
         writeBucketTable(md, first["buckets"]);
-        const Json& traced = first["traced"];
-        if (traced.is_object() && traced.contains("buckets")) {
-            md << "\nBuckets from the kernel timeline (CUPTI) of the plain greedy chain (graph and programmatic overlap as run; "
+    }
+    // The traced point's kernel timeline (the first sweep point's unless --trace-point depth).
+    const std::size_t decodePoints = results.contains("decode") ? results["decode"].size() : 0;
+    for (std::size_t i = 0; i < decodePoints; ++i) {
+        const Json& point = results["decode"][i];
+        const Json& traced = point["traced"];
+        if (!traced.is_object()) continue;
+        if (traced.contains("buckets")) {
+            // The bucket table above is the first sweep point's: a timeline of another point says which.
+            const bool firstSweepPoint = i == 0 && point["test"] == "tg";
+            md << "\nBuckets from the kernel timeline (CUPTI) of the plain greedy chain ";
+            if (!firstSweepPoint)
+                md << "at alloc " << point["allocation"].get<int>() << ", depth " << point["depth"].get<int>() << " ";
+            md << "(graph and programmatic overlap as run; "
                << static_cast<int>(traced["tokens_per_second"].get<double>()) << " tok/s traced vs plain "
-               << static_cast<int>(first["tokens_per_second"].get<double>()) << "; each instant charged to the earliest-started "
+               << static_cast<int>(point["tokens_per_second"].get<double>()) << "; each instant charged to the earliest-started "
                << "kernel running; gap = wall − the union of the kernels)\n\n";
             writeBucketTable(md, traced["buckets"]);
             if (traced["unknown_kernels"].get<int>() > 0)
                 md << "\n" << traced["unknown_kernels"].get<int>() << " kernels had no bucket (counted in norm_elementwise).\n";
             if (traced.contains("kernels") && !traced["kernels"].empty()) writeKernelShareTable(md, traced["kernels"]);
-        } else if (traced.is_object() && traced.contains("unavailable")) {
+        } else if (traced.contains("unavailable")) {
             md << "\nNo kernel timeline: " << traced["unavailable"].get<std::string>() << "\n";
         }
     }
