@@ -30,6 +30,11 @@
 #                    those kernels' compute-loop hot path in every tree, from its build's object of
 #                    GEMMA_AB_SASS_SOURCE (default Fp4Matvec.cu), by scripts/sass_item_path.py
 #                    (instructions per 1 KB weight item, the refill's places), into ab.txt
+#   GEMMA_AB_STEP_TIMELINE  1: every run also writes its traced step's launch sequence
+#                    (--step-timeline; with --trace-point depth in GEMMA_AB_ARGS, the deepest depth
+#                    point's), and after the rounds scripts/compare_step_timelines.py compares the
+#                    trees per kernel and per position (duration and marginal: end − previous end),
+#                    the first tree as reference, into ab.txt (the CSVs stay on the machine)
 # Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries, the
 # SASS hot paths and the phases where asked, then per run the bench markdown.
 set -uo pipefail
@@ -117,6 +122,8 @@ if [ -n "${GEMMA_AB_PHASES:-}" ]; then
   phases "$root" new
 fi
 markdown=$(mktemp)
+stepDir=$(mktemp -d)
+stepRuns=()
 IFS=';' read -r -a variants <<< "${GEMMA_AB_VARIANTS:-}"
 [ ${#variants[@]} -eq 0 ] && variants=("")
 runBench() {  # runBench BENCH LABEL [NAME=VALUE...] [FLAGS...]
@@ -127,6 +134,11 @@ runBench() {  # runBench BENCH LABEL [NAME=VALUE...] [FLAGS...]
     if [[ $word =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then environment+=("$word"); else flags+=("$word"); fi
   done
   : > "$markdown"
+  if [ "${GEMMA_AB_STEP_TIMELINE:-0}" = 1 ]; then
+    local csv="$stepDir/$(echo "$label" | tr -c 'A-Za-z0-9\n-' '_')-r$round.csv"
+    flags+=(--step-timeline "$csv")
+    stepRuns+=("$label=$csv")
+  fi
   env "${environment[@]}" "$bench" --preset "${GEMMA_AB_PRESET:-12b}" ${GEMMA_AB_ARGS:---skip prefill,kernels --allocations 4096 --depths 32768} \
     "${flags[@]}" --markdown "$markdown" > /dev/null 2>&1
   echo "=== round $round: [$label] exit $?" >> "$out/ab.txt"
@@ -140,4 +152,8 @@ for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
     runBench /tmp/gemma-build/app/cli/gemma-bench "$label" $v
   done
 done
+if [ ${#stepRuns[@]} -gt 0 ]; then
+  { echo "=== step timelines (scripts/compare_step_timelines.py)"
+    python3 scripts/compare_step_timelines.py "${stepRuns[@]}" 2>&1; } >> "$out/ab.txt"
+fi
 grep -E "^===|^\| ${GEMMA_AB_PRESET:-12b} " "$out/ab.txt"

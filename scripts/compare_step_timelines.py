@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Compares decode steps' launch sequences (gemma-bench --step-timeline CSVs) between trees.
+
+Usage: compare_step_timelines.py [--top N] LABEL=CSV [LABEL=CSV ...]
+
+A label given more than once (rounds) is averaged position by position. The first label is the
+reference. Every launch is measured two ways:
+- duration: its own start to end, as the kernel timeline reports it. With programmatic launches a
+  kernel starts before its predecessor ends and waits inside, so a duration includes waiting.
+- marginal: its end minus the previous launch's end (the first launch: its duration). The
+  marginals add up to the step's span and charge each launch only with what it adds after its
+  predecessor, so a saving shows at the launch whose own work got shorter.
+Prints, per kernel (template instances apart), the launches per step and both means per label
+with the difference from the reference, then the N positions whose marginal moved most.
+Exit status 1 when a file cannot be read or the sequences differ in length or kernels.
+"""
+import argparse
+import csv
+import sys
+from collections import OrderedDict
+
+
+def read(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{path}: no launches")
+    return [(r["kernel"], float(r["start_us"]), float(r["end_us"])) for r in rows]
+
+
+def measures(rows):
+    """Per position: (kernel, duration, marginal)."""
+    out, previous_end = [], None
+    for kernel, start, end in rows:
+        marginal = end - (previous_end if previous_end is not None else start)
+        out.append((kernel, end - start, marginal))
+        previous_end = end
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--top", type=int, default=10, help="positions listed by the change of their marginal (default 10)")
+    parser.add_argument("runs", nargs="+", metavar="LABEL=CSV")
+    args = parser.parse_args()
+    by_label = OrderedDict()
+    for run in args.runs:
+        label, sep, path = run.rpartition("=")  # a label may hold "=" (an A/B variant's NAME=VALUE), a path not
+        if not sep or not label or not path:
+            print(f"compare_step_timelines: '{run}' is not LABEL=CSV", file=sys.stderr)
+            return 1
+        try:
+            by_label.setdefault(label, []).append(measures(read(path)))
+        except (OSError, ValueError, KeyError) as error:
+            print(f"compare_step_timelines: {error}", file=sys.stderr)
+            return 1
+    # Every run must be the same sequence of kernels, or positions mean nothing.
+    reference = next(iter(by_label.values()))[0]
+    names = [k for k, _, _ in reference]
+    for label, runs in by_label.items():
+        for run in runs:
+            if [k for k, _, _ in run] != names:
+                print(f"compare_step_timelines: {label}'s launch sequence differs from the first run's", file=sys.stderr)
+                return 1
+    # Means over a label's rounds, position by position.
+    means = OrderedDict()
+    for label, runs in by_label.items():
+        means[label] = [(sum(r[i][1] for r in runs) / len(runs), sum(r[i][2] for r in runs) / len(runs)) for i in range(len(names))]
+    labels = list(means)
+    first = labels[0]
+    spans = {label: sum(m for _, m in means[label]) for label in labels}
+    print("step span (sum of marginals, µs): " + ", ".join(
+        f"{label} {spans[label]:.1f}" + ("" if label == first else f" ({spans[label] - spans[first]:+.1f})") for label in labels))
+    kernels = OrderedDict()
+    for i, name in enumerate(names):
+        kernels.setdefault(name, []).append(i)
+    header = "| kernel | per step | " + " | ".join(f"{label} duration / marginal µs" for label in labels) + " |"
+    print(header)
+    print("|" + "---|" * (2 + len(labels)))
+    for name, positions in sorted(kernels.items(), key=lambda kv: -sum(means[first][i][1] for i in kv[1])):
+        cells = []
+        for label in labels:
+            duration = sum(means[label][i][0] for i in positions) / len(positions)
+            marginal = sum(means[label][i][1] for i in positions) / len(positions)
+            cell = f"{duration:.2f} / {marginal:.2f}"
+            if label != first:
+                d0 = sum(means[first][i][0] for i in positions) / len(positions)
+                m0 = sum(means[first][i][1] for i in positions) / len(positions)
+                cell += f" ({duration - d0:+.2f} / {marginal - m0:+.2f})"
+            cells.append(cell)
+        print(f"| `{name}` | {len(positions)} | " + " | ".join(cells) + " |")
+    if len(labels) > 1 and args.top > 0:
+        last = labels[-1]
+        moved = sorted(range(len(names)), key=lambda i: abs(means[last][i][1] - means[first][i][1]), reverse=True)[: args.top]
+        print(f"\npositions whose marginal moved most ({last} against {first}, µs):")
+        for i in sorted(moved):
+            previous = names[i - 1] if i > 0 else "(step start)"
+            print(f"  {i:4d} {names[i][:60]:60s} {means[first][i][1]:7.2f} -> {means[last][i][1]:7.2f}"
+                  f" ({means[last][i][1] - means[first][i][1]:+.2f}), after {previous[:40]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
