@@ -527,11 +527,11 @@ int main(int argc, char** argv) {
             if (entry["test"] == tracedTest && (tracePoint == "depth" || !tracedEntry)) tracedEntry = &entry;
     if (tracedEntry) {
         std::fprintf(stderr, "kernel timeline...\n");
-        Json& first = *tracedEntry;
+        Json& point = *tracedEntry;
         gemma::DecodeBenchmarkRequest request;
-        request.contextAllocation = first["allocation"].get<int>();
-        request.promptTokens = first["prompt_tokens"].get<int>();
-        request.decodeTokens = first["decode_tokens"].get<int>();
+        request.contextAllocation = point["allocation"].get<int>();
+        request.promptTokens = point["prompt_tokens"].get<int>();
+        request.decodeTokens = point["decode_tokens"].get<int>();
         request.instrumented = false;
         // The engine's untraced warm pass captures and self-checks the greedy chain's graph again
         // (the depth sweep left another allocation), outside the timeline.
@@ -554,7 +554,7 @@ int main(int argc, char** argv) {
             traced["unavailable"] = run ? std::string("the backend recorded no timeline") : run.status().message();
             stepTimelineMissing = traced["unavailable"].get<std::string>();
         }
-        first["traced"] = traced;
+        point["traced"] = traced;
     }
 
     // The backend's final description says whether the graph passed its self-check.

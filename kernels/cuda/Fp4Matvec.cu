@@ -822,8 +822,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
     if (items > 0) loadRows = tileRows(args, blockIdx.x, warp, g, q, groups);
-    // GeGLU's up weight sits at a fixed distance from the gate (one segment): in the tiled layout's
-    // 16-byte and 4-byte units, once.
+    // GeGLU's up weight (segment 0's, tiled like the gate): its bases with the lane's offset, once;
+    // an item's up addresses take the gate's item index (TileRows::item).
     const uint4* const tiledUp = GEGLU ? reinterpret_cast<const uint4*>(args.segment[0].upCodes) + g * 4 + q : nullptr;
     const std::uint32_t* const tiledUpScales =
         GEGLU ? reinterpret_cast<const std::uint32_t*>(args.segment[0].upScales) + g : nullptr;
@@ -1202,7 +1202,7 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
             if (misaligned4(p.extra[e].scales)) return KernelStatus::InvalidArgument;
         // The fetch indexes a weight's items with 32 bits (TileRows::item), so its tiles · groups
         // (and the kMmaWarps items a warp steps past its last) must fit: 4 TiB of codes per weight.
-        const std::int64_t groups = formats::fp4RowBytes(p.in) / 64;
+        const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
         auto tooManyItems = [&](std::int64_t out) { return ((out + kMmaTileRows - 1) / kMmaTileRows) * groups + kMmaWarps > 0xffffffffLL; };
         if (tooManyItems(p.out)) return KernelStatus::Unsupported;
         for (int e = 0; e < p.extraCount; ++e)
