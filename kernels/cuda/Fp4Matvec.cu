@@ -59,7 +59,6 @@
 #include "Fp4Matvec.h"
 
 #include <kernels/Fp4Decode.h>
-#include <kernels/Fp4MatvecShare.h>
 #include <kernels/Fp4Tiled.h>
 #include <kernels/WeightFormats.h>
 
@@ -742,8 +741,8 @@ __device__ __forceinline__ int segmentOf(const MmaArgs& args, int tile) {
 
 // The code pointers include the lane's offset inside a group's 64-byte slice (q·16); the tiled
 // pointers hold the segment's base plus the lane's offset, and `item` starts at the warp's first
-// item of the tile (group `firstGroup`, warpTileShare); the fetch advances it by kMmaWarps items.
-__device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int firstGroup, int g, int q, int groups) {
+// item of the tile (group `warp`); the fetch advances it by kMmaWarps items.
+__device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int warp, int g, int q, int groups) {
     const MmaSegment& S = args.segment[segmentOf(args, tile)];
     const std::int64_t row0 = static_cast<std::int64_t>(tile - S.tileBegin) * kMmaTileRows;
     const std::int64_t rowA = min(row0 + g, S.out - 1);
@@ -754,7 +753,7 @@ __device__ __forceinline__ TileRows tileRows(const MmaArgs& args, int tile, int 
     t.codesB = S.codes + rowB * rowBytes + q * 16;
     t.scalesA = S.scales + rowA * groups;
     t.scalesB = S.scales + rowB * groups;
-    const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups + firstGroup;
+    const std::int64_t item0 = static_cast<std::int64_t>(tile - S.tileBegin) * groups + warp;
     t.tiled = reinterpret_cast<const uint4*>(S.codes) + g * 4 + q;
     t.tiledScales = reinterpret_cast<const std::uint32_t*>(S.scales) + g;
     t.item = static_cast<std::uint32_t>(item0);
@@ -792,46 +791,12 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
     S.y[row] = v;
 }
 
-// A warp's share of its block's tiles (kernels/Fp4MatvecShare.h): round robin over the block's
-// (tile, group) items, not tile by tile.
-using formats::matvecshare::WarpTileShare;
-__device__ __forceinline__ WarpTileShare warpTileShare(int warp, int k, int groups) {
-    return formats::matvecshare::warpTileShare(warp, k, groups, kMmaWarps);
-}
-// Partial-sum buffers per block: a tile's reduction waits only for that tile's partials (a named
-// barrier per buffer), and the block meets as a whole once every kPartialBuffers tiles, when the
-// ring wraps (docs/PERFORMANCE.md version 35 step 6).
-constexpr int kPartialBuffers = 4;
-// Named barrier 1 + buffer (0 is __syncthreads'), among the block's kMmaThreads threads: the tile's
-// reducing warp waits (sync), the others only arrive; a bar.arrive orders the arriving threads'
-// earlier shared-memory stores before the waiting warp's loads after its bar.sync (the PTX memory
-// model's barrier synchronization). Immediate ids, so ptxas reserves only the ones used.
-__device__ __forceinline__ void partialBarrier(int buffer, bool wait) {
-    static_assert(kPartialBuffers == 4, "one case per buffer");
-    if (wait) {
-        switch (buffer) {
-            case 0: asm volatile("bar.sync 1, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-            case 1: asm volatile("bar.sync 2, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-            case 2: asm volatile("bar.sync 3, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-            default: asm volatile("bar.sync 4, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-        }
-    } else {
-        switch (buffer) {
-            case 0: asm volatile("bar.arrive 1, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-            case 1: asm volatile("bar.arrive 2, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-            case 2: asm volatile("bar.arrive 3, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-            default: asm volatile("bar.arrive 4, %0;\n" ::"n"(kMmaThreads) : "memory"); break;
-        }
-    }
-}
-
 // Persistent grid (at most the resident block count); block b takes tiles b, b + gridDim, ...
-// and its 8 warps share out each tile's groups round robin over the block's tiles
-// (warpTileShare). A warp walks its (tile, group) items as one flat stream with D items in
-// flight: the slot an item is computed from is refilled at once with the item D ahead, across
-// tile boundaries, so the memory pipe never drains between tiles. At the end of each tile the
-// warps' partial sums meet in shared memory (a ring of kPartialBuffers): the tile's reducing
-// warp waits for them alone, writes the 16 outputs, and the other warps go on.
+// and its 8 warps split each tile's groups (warp w: groups w, w+8, ...). A warp walks its (tile,
+// group) items as one flat stream with D items in flight: the slot an item is computed from is
+// refilled at once with the item D ahead, across tile boundaries, so the memory pipe never drains
+// between tiles. At the end of each tile the warps' partial sums meet in shared memory (double
+// buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
 template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
@@ -839,7 +804,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
-    __shared__ float partial[kPartialBuffers][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
+    __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
     __shared__ float normScratch[INTEGER ? 32 : 1];  // blockSum's, for the input norm
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
@@ -848,30 +813,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const std::int64_t in = args.in;
     const int groups = static_cast<int>(formats::fp4GroupsPerRow(in));
     const int myTiles = static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+    const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
     // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
-    const auto itemsOf = [](const WarpTileShare& share) { return (share.count + GPI - 1) / GPI; };
-    int items = 0;  // this warp's items over all its tiles
-    if constexpr (GPI == 1) {
-        items = formats::matvecshare::warpItems(warp, myTiles, groups, kMmaWarps);
-    } else {
-        for (int k = 0; k < myTiles; ++k) items += itemsOf(warpTileShare(warp, k, groups));
-    }
+    const int myItems = (myGroups + GPI - 1) / GPI;
+    const int items = myTiles * myItems;
 
-    // Load iterator: the next item to fetch (tile index among mine, item index in the tile, the
-    // warp's share of that tile and its rows).
-    int loadTile = -1, loadItem = 0, loadItems = 0;
-    WarpTileShare loadShare{0, 0};
+    // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
+    int loadTile = 0, loadItem = 0;
     TileRows loadRows{};
-    // To the next of this warp's tiles that holds items of it (tiles without: groups < 8 only).
-    const auto nextLoadTile = [&] {
-        do {
-            ++loadTile;
-            loadShare = warpTileShare(warp, loadTile, groups);
-        } while (loadTile < myTiles && loadShare.count == 0);
-        loadItems = itemsOf(loadShare);
-        if (loadTile < myTiles) loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, loadShare.first, g, q, groups);
-    };
-    if (items > 0) nextLoadTile();
+    if (items > 0) loadRows = tileRows(args, blockIdx.x, warp, g, q, groups);
     // GeGLU's up weight (segment 0's, tiled like the gate): its bases with the lane's offset, once;
     // an item's up addresses take the gate's item index (TileRows::item).
     const uint4* const tiledUp = GEGLU ? reinterpret_cast<const uint4*>(args.segment[0].upCodes) + g * 4 + q : nullptr;
@@ -886,7 +836,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 #pragma unroll
         for (int s = 0; s < GPI; ++s) {
             const int local = loadItem * GPI + s;
-            if (GPI > 1 && local >= loadShare.count) break;  // a partial last item: its slot is not read
+            if (GPI > 1 && local >= myGroups) break;  // a partial last item: its slot is not read
             if constexpr (TILED) {  // GPI 1: the warp's next item, then the one kMmaWarps groups on
                 const std::uint64_t codeUnits = static_cast<std::uint64_t>(loadRows.item) * 64;
                 const std::uint64_t scaleUnits = static_cast<std::uint64_t>(loadRows.item) * 8;
@@ -903,7 +853,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 loadRows.item += kMmaWarps;
                 continue;
             }
-            const int G = loadShare.first + local * kMmaWarps;
+            const int G = warp + local * kMmaWarps;
             const std::ptrdiff_t codeDelta = GEGLU ? args.segment[0].upCodes - args.segment[0].codes : 0;
             const std::ptrdiff_t scaleDelta = GEGLU ? args.segment[0].upScales - args.segment[0].scales : 0;
             loadGroupRows(loadRows.codesA, loadRows.codesB, loadRows.scalesA, loadRows.scalesB, G, dst[s]);
@@ -911,9 +861,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
                 loadGroupRows(loadRows.codesA + codeDelta, loadRows.codesB + codeDelta, loadRows.scalesA + scaleDelta,
                               loadRows.scalesB + scaleDelta, G, dstUp[s]);
         }
-        if (++loadItem == loadItems) {
+        if (++loadItem == myItems) {
             loadItem = 0;
-            nextLoadTile();
+            if (++loadTile < myTiles)
+                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, warp, g, q, groups);
         }
     };
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
@@ -952,61 +903,44 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 
     float accA = 0.0f, accB = 0.0f, upAccA = 0.0f, upAccB = 0.0f;
     float intAcc[4] = {0.f, 0.f, 0.f, 0.f}, intUpAcc[4] = {0.f, 0.f, 0.f, 0.f};
-    int computeTile = 0, computeItem = 0, computeItems = 0;
-    WarpTileShare computeShare{0, 0};
-    // Ends tile `mine` for this warp: its partials to the ring's buffer; warp (mine % 8) waits for
-    // the 8 warps' partials of it, sums them and stores the 16 outputs, the others go on. Every
-    // warp flushes every tile of the block, in order, items or none.
+    int computeTile = 0, computeItem = 0;
+    // Ends tile `computeTile` for this warp: partials to shared memory, one barrier, warp
+    // (tile % 8) sums the 8 warps' partials and stores the 16 outputs.
     auto flush = [&](int mine) {
-        const int buffer = mine & (kPartialBuffers - 1);
-        // The ring wraps: the whole block meets, after which every earlier tile's reducing warp
-        // has read its buffer (each reads right after its wait, before it flushes anything later).
-        if (mine != 0 && buffer == 0) __syncthreads();
+        const int buffer = mine & 1;
         if constexpr (INTEGER) {
             integerRowSums(intAcc, intLane, accA, accB);
             if constexpr (GEGLU) integerRowSums(intUpAcc, intLane, upAccA, upAccB);
         }
         if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
         accA = accB = upAccA = upAccB = 0.0f;
-        const bool reducing = warp == (mine & (kMmaWarps - 1));
-        partialBarrier(buffer, reducing);
+        __syncthreads();
         if (mine == 0) GEMMA_PHASE_MARK(4);  // the first tile: its items (the first weights' arrival) and barrier
         else GEMMA_PHASE_MARK(5);            // every later tile: its items and barrier
-        if (reducing && lane < kMmaTileRows)
+        if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
             storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
     };
 
     // The integer path with one group per item walks x's lane bytes and factors by pointer: the
-    // item after group G is G + kMmaWarps, and each tile starts at the warp's first group of it
-    // (warpTileShare; GPI 1 only).
+    // item after group G is G + kMmaWarps, and a tile's first is `warp` again (GPI 1 only).
     constexpr bool WALK_X = INTEGER && GPI == 1;
     const uint4* xWalk = nullptr;
     const float* factorWalk = nullptr;
     const auto rewindX = [&] {
         if constexpr (WALK_X) {
-            xWalk = intLane.b.plane + computeShare.first * intLane.b.stride;
-            factorWalk = intLane.b.factor + computeShare.first;
+            xWalk = intLane.b.plane + warp * intLane.b.stride;
+            factorWalk = intLane.b.factor + warp;
         }
     };
-    // To the next of this warp's tiles that holds items of it, flushing those without on the way.
-    const auto enterComputeTile = [&] {
-        for (;;) {
-            computeShare = warpTileShare(warp, computeTile, groups);
-            if (computeTile >= myTiles || computeShare.count > 0) break;
-            flush(computeTile++);
-        }
-        computeItems = itemsOf(computeShare);
-        rewindX();
-    };
-    enterComputeTile();
+    rewindX();
     // Item u of the current round: its groups' products into the accumulators (the same
     // arithmetic in the same order whichever loop below runs it).
     const auto compute = [&](int u) {
 #pragma unroll
         for (int s = 0; s < GPI; ++s) {
             const int local = computeItem * GPI + s;
-            if (GPI > 1 && local >= computeShare.count) break;
-            [[maybe_unused]] const int G = computeShare.first + local * kMmaWarps;
+            if (GPI > 1 && local >= myGroups) break;
+            [[maybe_unused]] const int G = warp + local * kMmaWarps;
             if constexpr (INTEGER) {
                 IntegerX xg;
                 if constexpr (WALK_X) {
@@ -1025,10 +959,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         }
     };
     const auto advance = [&] {
-        if (++computeItem == computeItems) {
+        if (++computeItem == myItems) {
             computeItem = 0;
+            rewindX();
             flush(computeTile++);
-            enterComputeTile();
         }
     };
     // Rounds of D items. While a whole round and every refill D items on exist (all but the last
@@ -1051,8 +985,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             advance();
         }
     }
-    // Tiles past this warp's last item (none of them its own: groups < 8) still get its flush.
-    while (computeTile < myTiles) flush(computeTile++);
+    // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
+    if (myGroups == 0)
+        for (int t = 0; t < myTiles; ++t) flush(t);
     GEMMA_PHASE_END(6);  // the last tile's row stores (warp 0's share)
 }
 
