@@ -48,11 +48,6 @@ for b in ${GEMMA_AB_BASE:-}; do
   bases+=("$(cd "$b" && pwd)")
 done
 source scripts/lib/build_engine.sh
-configure() {  # configure SOURCE BUILD TARGETS...
-  local src=$1 build=$2
-  shift 2
-  build_engine "$src" "$build" "$out/build.log" "$@"
-}
 # A base's tree: the working tree with the base's files laid over it (build outputs and the
 # base directories left out). Times kept (tar and cp -p), so that a second call on a warm machine
 # rebuilds nothing.
@@ -66,9 +61,9 @@ buildBase() {
   rm -rf "$src" && mkdir -p "$src"
   tar -C "$root" "${excludes[@]}" -cf - . | tar -C "$src" -xf -
   (cd "$base" && find . -type f) | while read -r f; do mkdir -p "$(dirname "$src/$f")" && cp -p "$base/$f" "$src/$f"; done
-  configure "$src" "$(baseBuild "$base")" gemma-bench
+  build_engine "$src" "$(baseBuild "$base")" "$out/build.log" gemma-bench
 }
-configure "$root" /tmp/gemma-build gemma-bench gpu_parity_tests || { tail -40 "$out/build.log"; exit 1; }
+build_engine "$root" /tmp/gemma-build "$out/build.log" gemma-bench gpu_parity_tests || { tail -40 "$out/build.log"; exit 1; }
 for b in "${bases[@]}"; do buildBase "$b" || { tail -40 "$out/build.log"; exit 1; }; done
 rm -f "$out/build.log"
 : > "$out/ab.txt"

@@ -270,11 +270,12 @@ int main(int argc, char** argv) {
         std::cerr << "gemma-bench: --trace-point must be sweep or depth\n";
         return 1;
     }
-    const char* const tracedPart = tracePoint == "depth" ? "depth" : "sweep";  // its --skip word
-    const char* const tracedSweep = tracePoint == "depth" ? "depth sweep" : "allocation sweep";
-    const char* const tracedTest = tracePoint == "depth" ? "tg-depth" : "tg";
-    if (stepTimelinePath && (skipped(tracedPart) || hostSampling)) {
-        std::cerr << "gemma-bench: --step-timeline needs the " << tracedSweep << "'s traced greedy run (drop " << tracedPart
+    // The point's name is also the --skip word of its sweep.
+    const bool traceDepth = tracePoint == "depth";
+    const char* const tracedSweep = traceDepth ? "depth sweep" : "allocation sweep";
+    const char* const tracedTest = traceDepth ? "tg-depth" : "tg";
+    if (stepTimelinePath && (skipped(tracePoint.c_str()) || hostSampling)) {
+        std::cerr << "gemma-bench: --step-timeline needs the " << tracedSweep << "'s traced greedy run (drop " << tracePoint
                   << " from --skip, and --host-sampling)\n";
         return 1;
     }
@@ -522,9 +523,9 @@ int main(int argc, char** argv) {
     // included. Last, because CUPTI stays attached to the process once started and the
     // host-interactive decode paths measured slower with it (docs/PERFORMANCE.md version 10).
     Json* tracedEntry = nullptr;
-    if (!skipped(tracedPart) && !hostSampling && results.contains("decode"))
+    if (!skipped(tracePoint.c_str()) && !hostSampling && results.contains("decode"))
         for (Json& entry : results["decode"])
-            if (entry["test"] == tracedTest && (tracePoint == "depth" || !tracedEntry)) tracedEntry = &entry;
+            if (entry["test"] == tracedTest && (traceDepth || !tracedEntry)) tracedEntry = &entry;
     if (tracedEntry) {
         std::fprintf(stderr, "kernel timeline...\n");
         Json& point = *tracedEntry;

@@ -1200,10 +1200,11 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
         if (p.twoGroupItems || misaligned4(p.scales) || (GEGLU && misaligned4(p.upScales))) return KernelStatus::InvalidArgument;
         for (int e = 0; e < p.extraCount; ++e)
             if (misaligned4(p.extra[e].scales)) return KernelStatus::InvalidArgument;
-        // The fetch indexes a weight's items with 32 bits (TileRows::item), so its tiles · groups
-        // (and the kMmaWarps items a warp steps past its last) must fit: 4 TiB of codes per weight.
-        const std::int64_t groups = formats::fp4GroupsPerRow(p.in);
-        auto tooManyItems = [&](std::int64_t out) { return ((out + kMmaTileRows - 1) / kMmaTileRows) * groups + kMmaWarps > 0xffffffffLL; };
+        // The fetch indexes a weight's items with 32 bits (TileRows::item), so its items (and the
+        // kMmaWarps a warp steps past its last) must fit: 4 TiB of codes per weight.
+        auto tooManyItems = [&](std::int64_t out) {
+            return formats::fp4tiled::codeBytes(out, p.in) / formats::fp4tiled::kItemBytes + kMmaWarps > 0xffffffffLL;
+        };
         if (tooManyItems(p.out)) return KernelStatus::Unsupported;
         for (int e = 0; e < p.extraCount; ++e)
             if (tooManyItems(p.extra[e].out)) return KernelStatus::Unsupported;
