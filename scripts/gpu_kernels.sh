@@ -136,7 +136,9 @@ echo "sanitizers done at $(( $(date +%s) - start )) s"
       rc=$(cat "$SANDIR/$tool.$h.rc" 2>/dev/null || echo "?")
       errs=$(grep -hoE "(ERROR|RACECHECK) SUMMARY: [0-9]+ (errors|hazards)" "$SANDIR/$tool.$h.log" | grep -oE "[0-9]+" | awk '{s += $1; n++} END {if (n) print s}')  # summed over shards
       # rc 1 with 0 sanitizer errors: a harness check failed under the tool (see sanitizer.log).
-      case $rc in 0) cells+=("ok(${errs:-0})");; 124) cells+=("TIMEOUT");; 1) cells+=("ok(${errs:-?})+CHECK");; *) cells+=("FAIL:$rc");; esac
+      # FAIL:99(N): the tool's error exit (--error-exitcode 99) with the N errors or hazards its
+      # summary lines count (? when none was printed), so a summary alone says how many.
+      case $rc in 0) cells+=("ok(${errs:-0})");; 124) cells+=("TIMEOUT");; 1) cells+=("ok(${errs:-?})+CHECK");; *) cells+=("FAIL:$rc(${errs:-?})");; esac
     done
     case ${RUN_RC[$h]:-none} in 0) run=PASS;; 77) run=SKIP;; none) run="-";; *) run="FAIL:${RUN_RC[$h]}";; esac
     printf "%-18s %-6s %-10s %-10s %-10s  %s\n" "$h" "$run" "${cells[0]}" "${cells[1]}" "${cells[2]}" "${RUN_SUM[$h]}"
