@@ -686,18 +686,25 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     // A norm weight's 4 values at f (1 when the weight is null), zero past `in`.
     auto weight4 = [&](const float* w, int f) { return w && live ? loadX4(w, in, first + f * 4) : make_float4(1.f, 1.f, 1.f, 1.f); };
-    float4 v[1][4], b[4];
+    // The norm weights are loaded with the activations, not after the reductions that use them:
+    // the compiler keeps a global load below the block barrier it follows in the source, so
+    // loading them at their use made two more L2 round trips in a row on every normed launch
+    // (+1.1 % on the 12b's decode, docs/PERFORMANCE.md version 37; copying them into shared
+    // memory before the dependency wait instead, which holds no registers, lost 8 %).
+    float4 v[1][4], b[4], branchWeight[4], outWeight[4];
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
         v[0][f] = live ? loadX4(nm.residualIn, in, first + f * 4) : zero;
         b[f] = live && nm.branch ? loadX4(nm.branch, in, first + f * 4) : zero;
+        branchWeight[f] = weight4(nm.branchWeight, f);
+        outWeight[f] = weight4(nm.normalizeOutput ? nm.outWeight : nullptr, f);
     }
     const float n = static_cast<float>(in);
     if (nm.branch) {  // uniform across the block
         const float ss = squares4(b[0]) + squares4(b[1]) + squares4(b[2]) + squares4(b[3]);
         const float inv = rsqrtf(blockSumFresh(ss, scratch) / n + nm.eps);
 #pragma unroll
-        for (int f = 0; f < 4; ++f) v[0][f] = add4(v[0][f], mul4(scale4(b[f], inv), weight4(nm.branchWeight, f)));
+        for (int f = 0; f < 4; ++f) v[0][f] = add4(v[0][f], mul4(scale4(b[f], inv), branchWeight[f]));
     }
     float ss = 0.0f;
 #pragma unroll
@@ -710,7 +717,7 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
     if (nm.normalizeOutput) {  // uniform across the block
         const float inv = rsqrtf(blockSumFresh(ss, scratch + kMmaWarps) / n + nm.eps);
 #pragma unroll
-        for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), weight4(nm.outWeight, f));
+        for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), outWeight[f]);
     }
     convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors, static_cast<int>(threadIdx.x), kMmaThreads);
 }
