@@ -75,16 +75,7 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     const std::int64_t rowOffset = static_cast<std::int64_t>(blockIdx.x) * stride;
     const int quads = static_cast<int>(n / 4);
     const bool writeX = branch != nullptr || layerScalar != 1.0f;
-    // The weights load here with x and the branch where the registers allow (K <= 2: K = 4 would
-    // spill at the 64 registers of 1024 threads): written at their use, after a reduction, each
-    // would wait for that reduction's barrier (the compiler keeps a global load below a barrier
-    // that precedes it in the source: docs/PERFORMANCE.md version 37 step 3).
-    constexpr bool kWeightsFirst = K <= 2;
-    // Weight w's 4 values at quad q (1 when w is null or q is past the row).
-    const auto weightAt = [quads](const float* w, int q) {
-        return w && q < quads ? __ldg(reinterpret_cast<const float4*>(w + 4 * q)) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    };
-    float4 xv[K], bv[K], bw[kWeightsFirst ? K : 1], ow[kWeightsFirst ? K : 1];
+    float4 xv[K], bv[K];
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -92,10 +83,6 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
         const bool live = q < quads;
         xv[k] = live ? *reinterpret_cast<const float4*>(residual + rowOffset + 4 * q) : zero;
         bv[k] = live && branch ? __ldg(reinterpret_cast<const float4*>(branch + rowOffset + 4 * q)) : zero;
-        if constexpr (kWeightsFirst) {
-            bw[k] = weightAt(branch ? branchWeight : nullptr, q);
-            ow[k] = weightAt(out ? outWeight : nullptr, q);
-        }
     }
     if (branch) {
         float ss = 0.0f;
@@ -105,7 +92,9 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
         const float inv = rsqrtf(blockSum(ss, scratch) / static_cast<float>(n) + eps);
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            const float4 w = kWeightsFirst ? bw[k] : weightAt(branchWeight, threadIdx.x + k * blockDim.x);
+            const int q = threadIdx.x + k * blockDim.x;
+            float4 w = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            if (branchWeight && q < quads) w = __ldg(reinterpret_cast<const float4*>(branchWeight + 4 * q));
             xv[k].x += bv[k].x * inv * w.x;
             xv[k].y += bv[k].y * inv * w.y;
             xv[k].z += bv[k].z * inv * w.z;
@@ -129,7 +118,8 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     for (int k = 0; k < K; ++k) {
         const int q = threadIdx.x + k * blockDim.x;
         if (q >= quads) continue;
-        const float4 w = kWeightsFirst ? ow[k] : weightAt(outWeight, q);
+        float4 w = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        if (outWeight) w = __ldg(reinterpret_cast<const float4*>(outWeight + 4 * q));
         *reinterpret_cast<float4*>(out + rowOffset + 4 * q) =
             make_float4(xv[k].x * inv * w.x, xv[k].y * inv * w.y, xv[k].z * inv * w.z, xv[k].w * inv * w.w);
     }
