@@ -3,8 +3,10 @@
 // block.
 //
 // Register path (rows of n % 4 == 0, 16-byte aligned, n <= 4·1024·kMaxQuads): up to 1024 threads,
-// each loads its K float4 pieces of branch, x and both weights once, up front, and keeps them in
-// registers through both reductions. A decode step is one row, so this kernel is pure latency:
+// each loads its K float4 pieces of branch and x once, up front, and keeps them in registers
+// through both reductions. Each weight is loaded at its use, after a reduction, so it waits for
+// that reduction's barrier: 564a123 loads them up front too (prepared, not yet measured;
+// docs/PERFORMANCE.md, the order after version 37). A decode step is one row, so this kernel is pure latency:
 // the first version looped over the row three times with a dependent load per iteration (256
 // threads, 15 iterations, ~21 µs on an H200); all loads in flight at once it is a few µs.
 // Generic path (anything else): the looped version; the row is re-read by the same thread that
