@@ -34,15 +34,15 @@ MARKERS = (
 )
 
 
-def ptx_from_build(build, source):
-    """Runs the build's nvcc command for `source`'s object with -ptx; returns the PTX path."""
+def ptx_from_build(build, source, directory):
+    """Runs the build's nvcc command for `source`'s object with -ptx into `directory`; returns the PTX path."""
     name = os.path.basename(source)
     commands = subprocess.run(["ninja", "-C", build, "-t", "commands"], capture_output=True, text=True, check=True).stdout
     lines = [c for c in commands.splitlines() if "nvcc" in c and f"/{name}.o" in c and " -c " in f" {c} "]
     if not lines:
         sys.exit(f"no nvcc command for {name} in {build} (is it a CUDA source of that build?)")
     args = shlex.split(lines[-1])
-    out = tempfile.NamedTemporaryFile(suffix=".ptx", delete=False).name
+    out = os.path.join(directory, name + ".ptx")
     kept = []
     skip = 0
     for a in args:
@@ -112,13 +112,20 @@ def main():
     options = parser.parse_args()
     if bool(options.ptx) == bool(options.build and options.source):
         parser.error("give either --ptx FILE or both --build DIR and --source FILE")
-    path = options.ptx or ptx_from_build(options.build, options.source)
+    if options.ptx:
+        print_entries(options.ptx, options.regex, options.lines)
+        return
+    with tempfile.TemporaryDirectory() as directory:  # the PTX of one source runs to megabytes
+        print_entries(ptx_from_build(options.build, options.source, directory), options.regex, options.lines)
+
+
+def print_entries(path, regex, list_lines):
     found = 0
-    for name, body in entries(path, re.compile(options.regex)):
-        report(name, body, options.lines)
+    for name, body in entries(path, re.compile(regex)):
+        report(name, body, list_lines)
         found += 1
     if not found:
-        sys.exit(f"no kernel entry matches {options.regex!r} in {path}")
+        sys.exit(f"no kernel entry matches {regex!r} in {path}")
 
 
 if __name__ == "__main__":
