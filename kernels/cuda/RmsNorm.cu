@@ -3,10 +3,12 @@
 // block.
 //
 // Register path (rows of n % 4 == 0, 16-byte aligned, n <= 4·1024·kMaxQuads): up to 1024 threads,
-// each loads its K float4 pieces of branch and x once, up front, and keeps them in registers
-// through both reductions. Each weight is loaded at its use, after a reduction, so it waits for
-// that reduction's barrier: 564a123 loads them up front too (prepared, not yet measured;
-// docs/PERFORMANCE.md, the order after version 37). A decode step is one row, so this kernel is pure latency:
+// each loads its K float4 pieces of branch, x and (K <= 2) both weights once, up front, and keeps
+// them in registers through both reductions. A weight loaded at its use, after a reduction, waits
+// for that reduction's barrier: loading them up front took 25.6 → 23.0 µs per launch off the 31b's
+// 121 launches per step, +2.3 % decode on an H100 (docs/PERFORMANCE.md version 38 step 1). K = 4
+// loads them at their use (up front it would spill at 1024 threads' 64 registers).
+// A decode step is one row, so this kernel is pure latency:
 // the first version looped over the row three times with a dependent load per iteration (256
 // threads, 15 iterations, ~21 µs on an H200); all loads in flight at once it is a few µs.
 // Generic path (anything else): the looped version; the row is re-read by the same thread that
@@ -77,7 +79,16 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     const std::int64_t rowOffset = static_cast<std::int64_t>(blockIdx.x) * stride;
     const int quads = static_cast<int>(n / 4);
     const bool writeX = branch != nullptr || layerScalar != 1.0f;
-    float4 xv[K], bv[K];
+    // The weights load here with x and the branch where the registers allow (K <= 2: K = 4 would
+    // spill at the 64 registers of 1024 threads): written at their use, after a reduction, each
+    // would wait for that reduction's barrier (the compiler keeps a global load below a barrier
+    // that precedes it in the source: docs/PERFORMANCE.md version 37 step 3).
+    constexpr bool kWeightsFirst = K <= 2;
+    // Weight w's 4 values at quad q (1 when w is null or q is past the row).
+    const auto weightAt = [quads](const float* w, int q) {
+        return w && q < quads ? __ldg(reinterpret_cast<const float4*>(w + 4 * q)) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    };
+    float4 xv[K], bv[K], bw[kWeightsFirst ? K : 1], ow[kWeightsFirst ? K : 1];
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -85,6 +96,10 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
         const bool live = q < quads;
         xv[k] = live ? *reinterpret_cast<const float4*>(residual + rowOffset + 4 * q) : zero;
         bv[k] = live && branch ? __ldg(reinterpret_cast<const float4*>(branch + rowOffset + 4 * q)) : zero;
+        if constexpr (kWeightsFirst) {
+            bw[k] = weightAt(branch ? branchWeight : nullptr, q);
+            ow[k] = weightAt(out ? outWeight : nullptr, q);
+        }
     }
     if (branch) {
         float ss = 0.0f;
@@ -94,9 +109,7 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
         const float inv = rsqrtf(blockSum(ss, scratch) / static_cast<float>(n) + eps);
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            const int q = threadIdx.x + k * blockDim.x;
-            float4 w = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-            if (branchWeight && q < quads) w = __ldg(reinterpret_cast<const float4*>(branchWeight + 4 * q));
+            const float4 w = kWeightsFirst ? bw[k] : weightAt(branchWeight, threadIdx.x + k * blockDim.x);
             xv[k].x += bv[k].x * inv * w.x;
             xv[k].y += bv[k].y * inv * w.y;
             xv[k].z += bv[k].z * inv * w.z;
@@ -120,8 +133,7 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     for (int k = 0; k < K; ++k) {
         const int q = threadIdx.x + k * blockDim.x;
         if (q >= quads) continue;
-        float4 w = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        if (outWeight) w = __ldg(reinterpret_cast<const float4*>(outWeight + 4 * q));
+        const float4 w = kWeightsFirst ? ow[k] : weightAt(outWeight, q);
         *reinterpret_cast<float4*>(out + rowOffset + 4 * q) =
             make_float4(xv[k].x * inv * w.x, xv[k].y * inv * w.y, xv[k].z * inv * w.z, xv[k].w * inv * w.w);
     }
