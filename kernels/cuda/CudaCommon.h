@@ -296,8 +296,4 @@ __device__ __forceinline__ uint4 ldgStream16(const void* p) {
     return r;
 }
 
-// Brings the L1 line holding p in without a register or a wait: a value needed after a barrier
-// (which the compiler does not move a load above) is then an L1 hit at its use.
-__device__ __forceinline__ void prefetchL1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
-
 }  // namespace gemma::cuda

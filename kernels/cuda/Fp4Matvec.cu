@@ -668,9 +668,9 @@ __device__ __forceinline__ void stageXInteger(const float* __restrict__ x, std::
 // The input norm folded into staging (Fp4MatvecParams::InputNorm): every block computes x from
 // the residual stream itself, as launchRmsNormResidual does (RmsNorm.h: the same fp32 operations
 // per element; the sums of squares are reduced in another order, so x may differ from the norm
-// kernel's in the last bits), and block 0 writes the new residual. P pieces per thread (piece c =
-// s·kMmaThreads + thread, s < P; the launcher picks P = 1 for in <= kMmaThreads·16, else 2), the
-// loads of residual and branch all issued before the first reduction.
+// kernel's in the last bits), and block 0 writes the new residual. One piece per thread
+// (kMmaThreads·16 >= in, the launcher's bound: two pieces per thread spill the GeGLU kernels'
+// prefetched weights), the loads of residual and branch all issued before the first reduction.
 // Two block reductions, one barrier each (scratch: 32 floats of shared memory, a fresh half for each:
 // staging runs once per launch, so no earlier reader of them needs a barrier first).
 __device__ __forceinline__ float4 scale4(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
@@ -678,102 +678,48 @@ __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 __device__ __forceinline__ float squares4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
 
-template <int P>
 __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::InputNorm& nm, std::int64_t in, int groups,
                                                     std::uint8_t* planes, float* factors, float* scratch) {
-    static_assert(P == 1 || P == 2, "one or two staging pieces per thread");
-    // Where the norm weights wait for their use. P 1: in registers, loaded with the activations,
-    // not after the reductions that use them: the compiler keeps a global load below the block
-    // barrier it follows in the source, so loading them at their use made two more L2 round trips
-    // in a row on every normed launch (+1.1 % on the 12b's decode, docs/PERFORMANCE.md version
-    // 37; copying them into shared memory before the dependency wait instead lost 8 %). P 2: two
-    // pieces of four vectors would not fit the registers beside the GeGLU's prefetched weights
-    // (128 at two blocks per SM), so only residual and branch are held (as many registers as P 1's
-    // four vectors); the weights' lines are prefetched into L1 with them, which takes no register,
-    // and loaded at their use, after the barrier, from L1 (docs/PERFORMANCE.md version 38).
-    constexpr bool kWeightsInRegisters = P == 1;
-    constexpr int kHeld = kWeightsInRegisters ? P : 1;
     const int pieces = groups * 8;
+    const bool live = static_cast<int>(threadIdx.x) < pieces;
+    const std::int64_t first = static_cast<std::int64_t>(threadIdx.x) * 16;  // this thread's piece
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    bool live[P];
-    std::int64_t first[P];  // piece s's first input
+    // A norm weight's 4 values at f (1 when the weight is null), zero past `in`.
+    auto weight4 = [&](const float* w, int f) { return w && live ? loadX4(w, in, first + f * 4) : make_float4(1.f, 1.f, 1.f, 1.f); };
+    // The norm weights are loaded with the activations, not after the reductions that use them:
+    // the compiler keeps a global load below the block barrier it follows in the source, so
+    // loading them at their use made two more L2 round trips in a row on every normed launch
+    // (+1.1 % on the 12b's decode, docs/PERFORMANCE.md version 37; copying them into shared
+    // memory before the dependency wait instead, which holds no registers, lost 8 %).
+    float4 v[1][4], b[4], branchWeight[4], outWeight[4];
 #pragma unroll
-    for (int s = 0; s < P; ++s) {
-        const int c = s * kMmaThreads + static_cast<int>(threadIdx.x);
-        live[s] = c < pieces;
-        first[s] = static_cast<std::int64_t>(c) * 16;
+    for (int f = 0; f < 4; ++f) {
+        v[0][f] = live ? loadX4(nm.residualIn, in, first + f * 4) : zero;
+        b[f] = live && nm.branch ? loadX4(nm.branch, in, first + f * 4) : zero;
+        branchWeight[f] = weight4(nm.branchWeight, f);
+        outWeight[f] = weight4(nm.normalizeOutput ? nm.outWeight : nullptr, f);
     }
-    const float* const outWeight = nm.normalizeOutput ? nm.outWeight : nullptr;
-    // A norm weight's 4 values at (s, f) (1 when the weight is null), zero past `in`.
-    auto weight4 = [&](const float* w, int s, int f) {
-        return w && live[s] ? loadX4(w, in, first[s] + f * 4) : make_float4(1.f, 1.f, 1.f, 1.f);
-    };
-    float4 v[P][4], b[P][4], heldBranchWeight[kHeld][4], heldOutWeight[kHeld][4];
-#pragma unroll
-    for (int s = 0; s < P; ++s) {
-#pragma unroll
-        for (int f = 0; f < 4; ++f) {
-            v[s][f] = live[s] ? loadX4(nm.residualIn, in, first[s] + f * 4) : zero;
-            b[s][f] = live[s] && nm.branch ? loadX4(nm.branch, in, first[s] + f * 4) : zero;
-            if constexpr (kWeightsInRegisters) {
-                heldBranchWeight[s][f] = weight4(nm.branchWeight, s, f);
-                heldOutWeight[s][f] = weight4(outWeight, s, f);
-            }
-        }
-        if constexpr (!kWeightsInRegisters) {
-            // The piece's 64 bytes of each weight: two 32-byte sectors, each prefetched where it
-            // starts inside the row (in % 4 == 0, so a sector past `in` starts past it).
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const std::int64_t at = first[s] + h * 8;
-                if (!live[s] || at >= in) continue;
-                if (nm.branch && nm.branchWeight) prefetchL1(nm.branchWeight + at);
-                if (outWeight) prefetchL1(outWeight + at);
-            }
-        }
-    }
-    const auto branchWeightAt = [&](int s, int f) {
-        if constexpr (kWeightsInRegisters) return heldBranchWeight[s][f];
-        else return weight4(nm.branchWeight, s, f);
-    };
-    const auto outWeightAt = [&](int s, int f) {
-        if constexpr (kWeightsInRegisters) return heldOutWeight[s][f];
-        else return weight4(outWeight, s, f);
-    };
     const float n = static_cast<float>(in);
     if (nm.branch) {  // uniform across the block
-        const auto pieceSquares = [&](int s) { return squares4(b[s][0]) + squares4(b[s][1]) + squares4(b[s][2]) + squares4(b[s][3]); };
-        float ss = pieceSquares(0);
-#pragma unroll
-        for (int s = 1; s < P; ++s) ss += pieceSquares(s);
+        const float ss = squares4(b[0]) + squares4(b[1]) + squares4(b[2]) + squares4(b[3]);
         const float inv = rsqrtf(blockSumFresh(ss, scratch) / n + nm.eps);
 #pragma unroll
-        for (int s = 0; s < P; ++s) {
-#pragma unroll
-            for (int f = 0; f < 4; ++f) v[s][f] = add4(v[s][f], mul4(scale4(b[s][f], inv), branchWeightAt(s, f)));
-        }
+        for (int f = 0; f < 4; ++f) v[0][f] = add4(v[0][f], mul4(scale4(b[f], inv), branchWeight[f]));
     }
     float ss = 0.0f;
 #pragma unroll
-    for (int s = 0; s < P; ++s) {
-#pragma unroll
-        for (int f = 0; f < 4; ++f) {
-            v[s][f] = scale4(v[s][f], nm.layerScalar);
-            // in % 4 == 0 (the launcher): a float4 lies wholly inside or wholly past `in`.
-            if (nm.residualOut && blockIdx.x == 0 && live[s] && first[s] + f * 4 < in)
-                *reinterpret_cast<float4*>(nm.residualOut + first[s] + f * 4) = v[s][f];
-            ss += squares4(v[s][f]);
-        }
+    for (int f = 0; f < 4; ++f) {
+        v[0][f] = scale4(v[0][f], nm.layerScalar);
+        // in % 4 == 0 (the launcher): a float4 lies wholly inside or wholly past `in`.
+        if (nm.residualOut && blockIdx.x == 0 && live && first + f * 4 < in) *reinterpret_cast<float4*>(nm.residualOut + first + f * 4) = v[0][f];
+        ss += squares4(v[0][f]);
     }
     if (nm.normalizeOutput) {  // uniform across the block
         const float inv = rsqrtf(blockSumFresh(ss, scratch + kMmaWarps) / n + nm.eps);
 #pragma unroll
-        for (int s = 0; s < P; ++s) {
-#pragma unroll
-            for (int f = 0; f < 4; ++f) v[s][f] = mul4(scale4(v[s][f], inv), outWeightAt(s, f));
-        }
+        for (int f = 0; f < 4; ++f) v[0][f] = mul4(scale4(v[0][f], inv), outWeight[f]);
     }
-    convertXPieces<P>(v, 0, pieces, planeBytes(groups), planes, factors, static_cast<int>(threadIdx.x), kMmaThreads);
+    convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors, static_cast<int>(threadIdx.x), kMmaThreads);
 }
 
 // The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
@@ -860,8 +806,7 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-// NP: the folded input norm's staging pieces per thread (stageXIntegerNormed; integer x only).
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, int NP = 1>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
@@ -952,7 +897,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         writeConstantColumns(intPlanes, groups, threadIdx.x);
         if (!args.norm.residualIn)
             stageXInteger(args.x, in, groups, intPlanes, intFactors, [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
-        else stageXIntegerNormed<NP>(args.norm, in, groups, intPlanes, intFactors, normScratch);
+        else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
@@ -1151,11 +1096,11 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, int NP = 1>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED, NP>;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -1168,16 +1113,6 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     const int rounds = (tiles + resident - 1) / resident;
     const int blocks = (tiles + rounds - 1) / rounds;
     return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
-}
-
-// Integer x: the instance whose folded input norm (if any) stages the row in one piece per thread
-// or, past kMmaThreads·16 inputs, in two (the launcher allows no more).
-template <bool GEGLU, int D, int GPI, bool TILED = false>
-cudaError_t launchInteger(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts, bool programmatic,
-                          cudaStream_t stream) {
-    return args.norm.residualIn && args.in > kMmaThreads * 16
-               ? launchMmaTyped<GEGLU, XForm::Integer, D, GPI, TILED, 2>(args, tiles, smem, facts, programmatic, stream)
-               : launchMmaTyped<GEGLU, XForm::Integer, D, GPI, TILED>(args, tiles, smem, facts, programmatic, stream);
 }
 
 // x as fp16 hi + lo (split) or one fp16: the two fp16 instances of a variant.
@@ -1222,14 +1157,14 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
     if (p.tiled && form == XForm::Integer) {
-        if constexpr (GEGLU) err = launchInteger<true, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
-        else err = launchInteger<false, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
+        if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
+        else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
         err = launchFp16Variant<GEGLU, GEGLU ? 2 : 4, 1, true>(form, args, tiles, smem, facts, pdl, stream);
     } else if (form == XForm::Integer) {
-        if constexpr (GEGLU) err = launchInteger<true, 2, 1>(args, tiles, smem, facts, pdl, stream);
-        else if (p.twoGroupItems) err = launchInteger<false, 2, 2>(args, tiles, smem, facts, pdl, stream);
-        else err = launchInteger<false, 4, 1>(args, tiles, smem, facts, pdl, stream);
+        if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1>(args, tiles, smem, facts, pdl, stream);
+        else if (p.twoGroupItems) err = launchMmaTyped<false, XForm::Integer, 2, 2>(args, tiles, smem, facts, pdl, stream);
+        else err = launchMmaTyped<false, XForm::Integer, 4, 1>(args, tiles, smem, facts, pdl, stream);
     } else if constexpr (GEGLU) {
         err = launchFp16Variant<true, 2, 1>(form, args, tiles, smem, facts, pdl, stream);
     } else {
@@ -1245,9 +1180,9 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
     const bool normed = nm.residualIn != nullptr;
     if (!p.codes || !p.scales || (!p.x && !normed) || !p.y) return KernelStatus::InvalidArgument;
     if (normed) {
-        // The fused input norm exists on the batch-1 integer tensor-core path only, for one or two
-        // pieces of staging per thread (in <= 2 · kMmaThreads · 16).
-        static_assert(Fp4MatvecParams::kInputNormMaxIn == 2 * kMmaThreads * 16);
+        // The fused input norm exists on the batch-1 integer tensor-core path only, for one piece
+        // of staging per thread (in <= kMmaThreads · 16).
+        static_assert(Fp4MatvecParams::kInputNormMaxIn == kMmaThreads * 16);
         const auto vectorOk = [](const void* q) { return q == nullptr || aligned16(q); };
         if (p.rows != 1 || p.forceCudaCores || p.fp16X || p.singleHalfX || p.in % 4 != 0 ||
             p.in > Fp4MatvecParams::kInputNormMaxIn || !vectorOk(nm.residualIn) || !vectorOk(nm.branch) ||

@@ -74,8 +74,8 @@ struct Fp4MatvecParams {
     // and block 0 writes r to residualOut (skipped when null). A decode step's norm kernels thus
     // disappear into the matvecs that consume them. residualOut must not alias residualIn or
     // branch (every block reads those while block 0 writes): callers alternate two buffers.
-    // Requires in % 4 == 0, in <= 8192 (every hidden size: 12b, e2b and e4b stage in one piece
-    // per thread, the 31b's 5376 in two) and 16-byte aligned vectors.
+    // Requires in % 4 == 0, in <= 4096 (the hidden sizes of 12b, e2b and e4b; 31b's 5376 keeps
+    // the norm kernels) and 16-byte aligned vectors.
     struct InputNorm {
         const float* residualIn = nullptr;
         const float* branch = nullptr;
@@ -89,7 +89,7 @@ struct Fp4MatvecParams {
         bool normalizeOutput = true;
     };
     InputNorm inputNorm;
-    static constexpr std::int64_t kInputNormMaxIn = 8192;
+    static constexpr std::int64_t kInputNormMaxIn = 4096;
     // Optional epilogue (batch 1 on the tensor-core path, the default; one weight, no extras, not
     // with GeGLU; refused elsewhere): y[o] = gelu_tanh((W·x)[o]) · geluGate[o], the per-layer-input
     // gate (GEMMA4.md §2.4: gelu(per_layer_input_gate(h)) ⊙ per-layer input) in the matvec's own
