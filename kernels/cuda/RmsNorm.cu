@@ -4,13 +4,11 @@
 //
 // Register path (rows of n % 4 == 0, 16-byte aligned, n <= 4·1024·kMaxQuads): up to 1024 threads,
 // each loads its K float4 pieces of branch, x and (K <= 2) both weights once, up front, and keeps
-// them in registers through both reductions. A weight loaded at its use, after a reduction, waits
-// for that reduction's barrier: loading them up front took 25.6 → 23.0 µs per launch off the 31b's
-// 121 launches per step, +2.3 % decode on an H100 (docs/PERFORMANCE.md version 38 step 1). K = 4
-// loads them at their use (up front it would spill at 1024 threads' 64 registers).
-// A decode step is one row, so this kernel is pure latency:
-// the first version looped over the row three times with a dependent load per iteration (256
-// threads, 15 iterations, ~21 µs on an H200); all loads in flight at once it is a few µs.
+// them in registers through both reductions (why the weights too: the kernel's body). A decode
+// step is one row, so this kernel is pure latency: the first version looped over the row three
+// times with a dependent load per iteration (256 threads, 15 iterations, ~21 µs on an H200); all
+// loads in flight at once it is a few µs, and the weights among them took the 31b's launches from
+// 25.6 to 23.0 µs (+2.3 % decode on an H100, docs/PERFORMANCE.md version 38 step 1).
 // Generic path (anything else): the looped version; the row is re-read by the same thread that
 // wrote it, so no barrier is needed between the write of x and the second norm's read.
 //
@@ -67,7 +65,7 @@ __global__ void __launch_bounds__(256) rmsNormResidualKernel(
     }
 }
 
-// K float4 pieces per thread, all loaded before the first reduction.
+// K float4 pieces per thread, x and branch (and for K <= 2 the weights) loaded before the first reduction.
 template <int K>
 __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     const float* __restrict__ branch, const float* __restrict__ branchWeight, float* residual,
