@@ -72,21 +72,29 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
     float layerScalar, const float* __restrict__ outWeight, float* __restrict__ out, std::int64_t n,
     std::int64_t stride, float eps) {
     __shared__ float scratch[32];
-    gridDependencyWait();      // every thread: x and branch come from earlier kernels (PDL)
-    allowDependentsToStart();  // a programmatically launched matvec may prefetch its weights now
     const std::int64_t rowOffset = static_cast<std::int64_t>(blockIdx.x) * stride;
     const int quads = static_cast<int>(n / 4);
     const bool writeX = branch != nullptr || layerScalar != 1.0f;
-    // The weights load here with x and the branch where the registers allow (K <= 2: K = 4 would
-    // spill at the 64 registers of 1024 threads): written at their use, after a reduction, each
-    // would wait for that reduction's barrier (the compiler keeps a global load below a barrier
-    // that precedes it in the source: docs/PERFORMANCE.md version 37 step 3).
+    // The weights load up front where the registers allow (K <= 2: K = 4 would spill at the 64
+    // registers of 1024 threads): written at their use, after a reduction, each would wait for
+    // that reduction's barrier (the compiler keeps a global load below a barrier that precedes it
+    // in the source: docs/PERFORMANCE.md version 37 step 3). No earlier kernel writes them (the
+    // contract in RmsNorm.h), so they load even before the dependency wait, during the previous
+    // kernel's tail, as the matvecs' first weights do.
     constexpr bool kWeightsFirst = K <= 2;
     // Weight w's 4 values at quad q (1 when w is null or q is past the row).
     const auto weightAt = [quads](const float* w, int q) {
         return w && q < quads ? __ldg(reinterpret_cast<const float4*>(w + 4 * q)) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
     };
     float4 xv[K], bv[K], bw[kWeightsFirst ? K : 1], ow[kWeightsFirst ? K : 1];
+#pragma unroll
+    for (int k = 0; k < K && kWeightsFirst; ++k) {
+        const int q = threadIdx.x + k * blockDim.x;
+        bw[k] = weightAt(branch ? branchWeight : nullptr, q);
+        ow[k] = weightAt(out ? outWeight : nullptr, q);
+    }
+    gridDependencyWait();      // every thread: x and branch come from earlier kernels (PDL)
+    allowDependentsToStart();  // a programmatically launched matvec may prefetch its weights now
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -94,10 +102,6 @@ __global__ void __launch_bounds__(1024) rmsNormResidualRegisterKernel(
         const bool live = q < quads;
         xv[k] = live ? *reinterpret_cast<const float4*>(residual + rowOffset + 4 * q) : zero;
         bv[k] = live && branch ? __ldg(reinterpret_cast<const float4*>(branch + rowOffset + 4 * q)) : zero;
-        if constexpr (kWeightsFirst) {
-            bw[k] = weightAt(branch ? branchWeight : nullptr, q);
-            ow[k] = weightAt(out ? outWeight : nullptr, q);
-        }
     }
     if (branch) {
         float ss = 0.0f;

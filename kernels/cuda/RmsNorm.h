@@ -29,7 +29,8 @@ struct RmsNormParams {
     int rows = 1;
     float eps = 1e-6f;
     // sm_90+: programmatic dependent launch (may start during the previous kernel; waits for it
-    // before its first global access). Ignored elsewhere.
+    // before it reads x or the branch, or writes anything; the two weights may be read before
+    // the wait, so no earlier kernel in the stream may write them). Ignored elsewhere.
     bool programmaticLaunch = false;
 };
 
