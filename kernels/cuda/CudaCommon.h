@@ -286,12 +286,6 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned by
 __device__ __forceinline__ void fenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void fenceProxyAsyncGlobal() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
-// ---- device: L2 prefetch -----------------------------------------------------------------------
-// Brings the 128-byte line holding p into L2, binding no register and leaving L1 alone. Safe on
-// data an earlier kernel may still be writing: L2 is the point of coherence for global memory, so
-// a later write updates the line and a later load sees it (the prefetch only moves latency).
-__device__ __forceinline__ void prefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-
 // ---- device: streaming loads -------------------------------------------------------------------
 // Weights are read exactly once per launch: bypass L1 allocation, keep L2 default.
 __device__ __forceinline__ uint4 ldgStream16(const void* p) {

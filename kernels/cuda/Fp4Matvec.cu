@@ -722,19 +722,6 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
     convertXPieces<1>(v, 0, pieces, planeBytes(groups), planes, factors, static_cast<int>(threadIdx.x), kMmaThreads);
 }
 
-// The folded norm's inputs that no kernel just before writes (the residual and the two weights),
-// into L2 ahead of the dependency wait, while the previous kernel still runs: after the wait the
-// staging's loads of them hit L2, and only the branch (the previous kernel's output) is a fresh
-// read. Every 128-byte line once across the grid: block b, thread t takes line b + t·gridDim.
-__device__ __forceinline__ void prefetchNormInputs(const Fp4MatvecParams::InputNorm& nm, std::int64_t in) {
-    const int lines = static_cast<int>((in * 4 + 127) / 128);
-    for (int i = static_cast<int>(blockIdx.x + threadIdx.x * gridDim.x); i < 3 * lines; i += static_cast<int>(gridDim.x * blockDim.x)) {
-        const int array = i / lines;
-        const float* base = array == 0 ? nm.residualIn : array == 1 ? nm.branchWeight : nm.normalizeOutput ? nm.outWeight : nullptr;
-        if (base) prefetchL2(base + static_cast<std::int64_t>(i - array * lines) * 32);
-    }
-}
-
 // The rows of one 16-row tile a lane streams: rows g and g+8 of its segment (rows past `out`
 // re-read the last row, a valid address, and are not stored).
 // GeGLU's up rows sit at a fixed distance from the gate rows (one segment), taken from the
@@ -897,9 +884,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         if (u < items) fetch(u);
     }
     GEMMA_PHASE_MARK(1);  // the first items' weight loads issued
-    if constexpr (INTEGER) {
-        if (args.norm.residualIn) prefetchNormInputs(args.norm, in);
-    }
     gridDependencyWait();
     GEMMA_PHASE_MARK(2);  // the dependency wait
 
