@@ -1193,14 +1193,12 @@ private:
     // normed_ is deferred (fusedNorms_): the next matvec reading normed_ computes it in its own
     // staging (Fp4MatvecParams::inputNorm) and writes the new residual to the other buffer of
     // the pair; any other consumer runs it here first (flushPendingNorm).
-    // `foldable` false keeps this norm a kernel of its own even where it could be deferred.
     Status norm(const float* branch, const float* branchWeight, float layerScalar, const float* outWeight, float* out,
-                std::int64_t n, int rows, StepStats* stats, float* residual = nullptr, bool foldable = true) {
+                std::int64_t n, int rows, StepStats* stats, float* residual = nullptr) {
         GEMMA_RETURN_IF_ERROR(flushPendingNorm(stats));
         // Deferred (to ride in the consuming matvec): a norm into the normed copy, or a residual
         // update alone (out null; the per-layer-input block's, whose gate reads the residual).
-        if (fusedNorms_ && foldable && rows == 1 && !residual && (out == normed_.as<float>() || !out) && n == config_.hiddenSize &&
-            n % 4 == 0) {
+        if (fusedNorms_ && rows == 1 && !residual && (out == normed_.as<float>() || !out) && n == config_.hiddenSize && n % 4 == 0) {
             pendingNorm_ = {true, branch, branchWeight, layerScalar, outWeight, out != nullptr};
             return Status::ok();
         }
@@ -1762,13 +1760,7 @@ private:
             GEMMA_RETURN_IF_ERROR(attention(l, rows));
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
-        // After an attention of several launches (the split pieces and their merge kernel), the
-        // pre-FFN norm stays a kernel: its one block lets the GeGLU start on an idle machine. With
-        // the norm folded there, every later layer's folded GeGLU ran ~3.5 µs slower at depth
-        // 32768 until the step's end (docs/PERFORMANCE.md version 39: 12b +3 % at that depth).
-        const bool severalLaunchAttention = !oneLaunchAttentionFor(l, rows);
-        GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats,
-                                   nullptr, !severalLaunchAttention));
+        GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
 
         // Feed-forward block: GeGLU fused into the gate/up matvec.
         GEMMA_RETURN_IF_ERROR(matvec(w.gate, normed, H, ffn_.as<float>(), ffnWidth_, rows, stats, &w.up));
