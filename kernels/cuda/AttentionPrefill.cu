@@ -338,8 +338,11 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
             fenceBarrierInit();
         }
     }
-    gridDependencyWait();      // q, positions and the caches come from the kernels before (PDL)
-    allowDependentsToStart();  // the merge kernel of a split launch may be scheduled now
+    gridDependencyWait();  // q, positions and the caches come from the kernels before (PDL)
+    // No early trigger: the next kernel (a split launch's merge) launches as the blocks exit. The
+    // merge's blocks, launched early, sat on SMs through the whole band walk, and every folded
+    // GeGLU later in the step ran ~3.5 µs slower at depth 32768 (12b +3.5 % without it; tg
+    // unchanged: docs/PERFORMANCE.md version 39).
     GEMMA_PHASE_MARK(1);  // the dependency wait
 
     // ---- this lane's two rows (fragment rows grp and grp + 8 of the warp's 16) -------------------
