@@ -12,12 +12,18 @@ reference. Every launch is measured two ways:
   predecessor, so a saving shows at the launch whose own work got shorter.
 Prints, per kernel (template instances apart), the launches per step and both means per label
 with the difference from the reference, then the N positions whose marginal moved most.
-Exit status 1 when a file cannot be read or the sequences differ in length or kernels.
+Sequences that differ (a variant that adds or removes launches, e.g. --separate-norms) are aligned
+on their kernel names (difflib): the positions are the reference's launches that every run has,
+and a launch no other run matches is charged to the next aligned launch of its own run (its
+marginal; the step's trailing unmatched launches to a last "(unmatched tail)" position), so the
+marginals still add up to each run's span and a position compares the same stretch of work.
+The unmatched launches are listed per run. Exit status 1 when a file cannot be read.
 """
 import argparse
 import csv
+import difflib
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 
 def read(path):
@@ -54,18 +60,58 @@ def main():
         except (OSError, ValueError, KeyError) as error:
             print(f"compare_step_timelines: {error}", file=sys.stderr)
             return 1
-    # Every run must be the same sequence of kernels, or positions mean nothing.
-    reference = next(iter(by_label.values()))[0]
-    names = [k for k, _, _ in reference]
+    # Positions: the reference's launches that every run matches (all of them when the sequences
+    # are equal). Each run's launches are mapped onto them; an unmatched launch's marginal goes to
+    # the next aligned position of its run (the tail position after the last).
+    reference = [k for k, _, _ in next(iter(by_label.values()))[0]]
+    kept = set(range(len(reference)))
+    matches = []  # per (label, run): {reference position: run position}
     for label, runs in by_label.items():
         for run in runs:
-            if [k for k, _, _ in run] != names:
-                print(f"compare_step_timelines: {label}'s launch sequence differs from the first run's", file=sys.stderr)
-                return 1
+            names_run = [k for k, _, _ in run]
+            matcher = difflib.SequenceMatcher(None, reference, names_run, autojunk=False)
+            mapping = {}
+            for block in matcher.get_matching_blocks():
+                for offset in range(block.size):
+                    mapping[block.a + offset] = block.b + offset
+            kept &= set(mapping)
+            matches.append((label, run, mapping))
+    positions = sorted(kept)
+    tail = len(positions)  # index of the "(unmatched tail)" position
+    names = [reference[i] for i in positions] + ["(unmatched tail)"]
+    aligned = OrderedDict()  # label -> list of runs, each a list of (duration, marginal, unmatched launches)
+    unmatched = OrderedDict()  # label -> Counter of unmatched kernels over its runs
+    for label, run, mapping in matches:
+        slot_of = {mapping[p]: j for j, p in enumerate(positions)}
+        cells = [[0.0, 0.0] for _ in names]
+        pending = 0.0
+        counter = unmatched.setdefault(label, Counter())
+        for r, (kernel, duration, marginal) in enumerate(run):
+            if r in slot_of:
+                j = slot_of[r]
+                cells[j] = [duration, marginal + pending]
+                pending = 0.0
+            else:
+                pending += marginal
+                counter[kernel] += 1
+        cells[tail] = [0.0, pending]
+        aligned.setdefault(label, []).append(cells)
+    if not any(unmatched.values()):  # equal sequences: no tail position
+        names.pop()
+        for runs in aligned.values():
+            for cells in runs:
+                cells.pop()
+    else:
+        print(f"sequences differ: {len(positions)} aligned launches of the reference's {len(reference)}; "
+              "an unmatched launch is charged to its run's next aligned launch")
+        for label, counter in unmatched.items():
+            if counter:
+                runs = len(aligned[label])
+                print(f"  {label}: unmatched per step: " + ", ".join(f"{n / runs:g} × {k[:60]}" for k, n in counter.most_common()))
     # Means over a label's rounds, position by position.
     means = OrderedDict()
-    for label, runs in by_label.items():
-        means[label] = [(sum(r[i][1] for r in runs) / len(runs), sum(r[i][2] for r in runs) / len(runs)) for i in range(len(names))]
+    for label, runs in aligned.items():
+        means[label] = [(sum(r[i][0] for r in runs) / len(runs), sum(r[i][1] for r in runs) / len(runs)) for i in range(len(names))]
     labels = list(means)
     first = labels[0]
     spans = {label: sum(m for _, m in means[label]) for label in labels}
