@@ -17,7 +17,8 @@ on their kernel names (difflib): the positions are the reference's launches that
 and a launch no other run matches is charged to the next aligned launch of its own run (its
 marginal; the step's trailing unmatched launches to a last "(unmatched tail)" position), so the
 marginals still add up to each run's span and a position compares the same stretch of work.
-The unmatched launches are listed per run. Exit status 1 when a file cannot be read.
+The unmatched launches are listed per run. Exit status 1 when an argument is not LABEL=CSV or a
+file cannot be read.
 """
 import argparse
 import csv
@@ -79,7 +80,7 @@ def main():
     positions = sorted(kept)
     tail = len(positions)  # index of the "(unmatched tail)" position
     names = [reference[i] for i in positions] + ["(unmatched tail)"]
-    aligned = OrderedDict()  # label -> list of runs, each a list of (duration, marginal, unmatched launches)
+    aligned = OrderedDict()  # label -> list of runs, each a list of [duration, marginal] per position
     unmatched = OrderedDict()  # label -> Counter of unmatched kernels over its runs
     for label, run, mapping in matches:
         slot_of = {mapping[p]: j for j, p in enumerate(positions)}
