@@ -11,7 +11,8 @@ reference. Every launch is measured two ways:
   marginals add up to the step's span and charge each launch only with what it adds after its
   predecessor, so a saving shows at the launch whose own work got shorter.
 Prints, per kernel (template instances apart), the launches per step and both means per label
-with the difference from the reference, then the N positions whose marginal moved most.
+with the difference from the reference, then the N positions whose marginal moved most, and with
+--each REGEX every position of the matching kernels (one per layer, say) side by side.
 Sequences that differ (a variant that adds or removes launches, e.g. --separate-norms) are aligned
 on their kernel names (difflib): the positions are the reference's launches that every run has,
 and a launch no other run matches is charged to the next aligned launch of its own run (its
@@ -23,6 +24,7 @@ file cannot be read.
 import argparse
 import csv
 import difflib
+import re
 import sys
 from collections import Counter, OrderedDict
 
@@ -48,6 +50,9 @@ def measures(rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=10, help="positions listed by the change of their marginal (default 10)")
+    parser.add_argument("--each", metavar="REGEX",
+                        help="also list every aligned position whose kernel matches REGEX, in step order, with each "
+                             "label's marginal (e.g. 'MmaKernel<true' for the GeGLU of every layer)")
     parser.add_argument("runs", nargs="+", metavar="LABEL=CSV")
     args = parser.parse_args()
     by_label = OrderedDict()
@@ -144,6 +149,19 @@ def main():
             previous = names[i - 1] if i > 0 else "(step start)"
             print(f"  {i:4d} {names[i][:60]:60s} {means[first][i][1]:7.2f} -> {means[last][i][1]:7.2f}"
                   f" ({means[last][i][1] - means[first][i][1]:+.2f}), after {previous[:40]}")
+    if args.each:
+        try:
+            pattern = re.compile(args.each)
+        except re.error as error:
+            print(f"compare_step_timelines: --each: {error}", file=sys.stderr)
+            return 1
+        chosen = [i for i, name in enumerate(names) if pattern.search(name)]
+        print(f"\nevery position matching '{args.each}' ({len(chosen)}), marginal µs (with the unmatched launches "
+              "charged to it):")
+        print("| # | position | " + " | ".join(labels) + " |")
+        print("|" + "---|" * (2 + len(labels)))
+        for n, i in enumerate(chosen):
+            print(f"| {n} | {i} | " + " | ".join(f"{means[label][i][1]:.2f}" for label in labels) + " |")
     return 0
 
 

@@ -35,7 +35,9 @@
 #                    point's), and after the rounds scripts/compare_step_timelines.py compares the
 #                    trees per kernel and per position (duration and marginal: end − previous end),
 #                    the first tree as reference, into ab.txt (the CSVs into $OUT/timelines;
-#                    GEMMA_AB_STEP_TOP: how many moved positions it lists, default 10)
+#                    GEMMA_AB_STEP_TOP: how many moved positions it lists, default 10;
+#                    GEMMA_AB_STEP_EACH: a kernel-name regex whose every position it lists, e.g.
+#                    'MmaKernel<true' for each layer's GeGLU)
 # Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries, the
 # SASS hot paths and the phases where asked, then per run the bench markdown.
 set -uo pipefail
@@ -150,7 +152,8 @@ for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
 done
 if [ ${#stepRuns[@]} -gt 0 ]; then
   { echo "=== step timelines (scripts/compare_step_timelines.py)"
-    python3 scripts/compare_step_timelines.py --top "${GEMMA_AB_STEP_TOP:-10}" "${stepRuns[@]}" 2>&1; } >> "$out/ab.txt"
+    python3 scripts/compare_step_timelines.py --top "${GEMMA_AB_STEP_TOP:-10}" ${GEMMA_AB_STEP_EACH:+--each "$GEMMA_AB_STEP_EACH"} \
+      "${stepRuns[@]}" 2>&1; } >> "$out/ab.txt"
   mkdir -p "$out/timelines" && cp "$stepDir"/*.csv "$out/timelines/"
 fi
 grep -E "^===|^\| ${GEMMA_AB_PRESET:-12b} " "$out/ab.txt"
