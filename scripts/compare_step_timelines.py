@@ -55,6 +55,11 @@ def main():
                              "label's marginal (e.g. 'MmaKernel<true' for the GeGLU of every layer)")
     parser.add_argument("runs", nargs="+", metavar="LABEL=CSV")
     args = parser.parse_args()
+    try:
+        each = re.compile(args.each) if args.each else None
+    except re.error as error:
+        print(f"compare_step_timelines: --each: {error}", file=sys.stderr)
+        return 1
     by_label = OrderedDict()
     for run in args.runs:
         label, sep, path = run.rpartition("=")  # a label may hold "=" (an A/B variant's NAME=VALUE), a path not
@@ -149,13 +154,8 @@ def main():
             previous = names[i - 1] if i > 0 else "(step start)"
             print(f"  {i:4d} {names[i][:60]:60s} {means[first][i][1]:7.2f} -> {means[last][i][1]:7.2f}"
                   f" ({means[last][i][1] - means[first][i][1]:+.2f}), after {previous[:40]}")
-    if args.each:
-        try:
-            pattern = re.compile(args.each)
-        except re.error as error:
-            print(f"compare_step_timelines: --each: {error}", file=sys.stderr)
-            return 1
-        chosen = [i for i, name in enumerate(names) if pattern.search(name)]
+    if each:
+        chosen = [i for i, name in enumerate(names) if each.search(name)]
         print(f"\nevery position matching '{args.each}' ({len(chosen)}), marginal µs (with the unmatched launches "
               "charged to it):")
         print("| # | position | " + " | ".join(labels) + " |")
