@@ -696,7 +696,7 @@ __device__ __forceinline__ void stageXIntegerNormed(const Fp4MatvecParams::Input
     for (int f = 0; f < 4; ++f) {
         v[0][f] = live ? loadX4(nm.residualIn, in, first + f * 4) : zero;
         b[f] = live && nm.branch ? loadX4(nm.branch, in, first + f * 4) : zero;
-        branchWeight[f] = weight4(nm.branchWeight, f);
+        branchWeight[f] = weight4(nm.branch ? nm.branchWeight : nullptr, f);  // no branch: unused, not loaded
         outWeight[f] = weight4(nm.normalizeOutput ? nm.outWeight : nullptr, f);
     }
     const float n = static_cast<float>(in);
