@@ -106,10 +106,13 @@ __device__ __forceinline__ void load8(const unsigned char* row, int piece, float
         v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
     } else {
         const uint4 u = *reinterpret_cast<const uint4*>(row + piece * 16);
-        v[0] = bf16LoToFloat(u.x); v[1] = bf16HiToFloat(u.x);
-        v[2] = bf16LoToFloat(u.y); v[3] = bf16HiToFloat(u.y);
-        v[4] = bf16LoToFloat(u.z); v[5] = bf16HiToFloat(u.z);
-        v[6] = bf16LoToFloat(u.w); v[7] = bf16HiToFloat(u.w);
+        const std::uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const float2 f = kvPairToFloat2<KvT>(words[w]);
+            v[2 * w] = f.x;
+            v[2 * w + 1] = f.y;
+        }
     }
 }
 
@@ -506,7 +509,7 @@ __host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes,
 template <typename KvT>
 __device__ __forceinline__ float kvElement(const unsigned char* row, int index) {
     if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
-    else return bf16LoToFloat(reinterpret_cast<const std::uint16_t*>(row)[index]);
+    else return kvToFloat<KvT>(reinterpret_cast<const KvT*>(row)[index]);
 }
 // A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
 template <typename KvT, int N>
@@ -646,7 +649,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         storeHead(D, a, b, [&](int j, float v) {
             if (part == 0) storeKv(cache, p.kvDtype, at + j, v);  // HEADSPLIT: part 1 keeps its copy only
             if constexpr (sizeof(KvT) == 4) reinterpret_cast<float*>(row)[j] = v;
-            else reinterpret_cast<std::uint16_t*>(row)[j] = formats::floatToBf16(v);
+            else reinterpret_cast<KvT*>(row)[j] = floatToKv<KvT>(v);
         });
     }
     const float* qGroup = p.q + static_cast<std::int64_t>(headBase) * D;
@@ -1008,9 +1011,12 @@ cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int dev
 // kernel templated on them (both attention kernels) that takes p.
 template <typename F>
 auto withInstance(const AttentionDecodeParams& p, F&& f) {
-    const bool bf16 = p.kvDtype == KvDtype::BF16;
     const auto forDim = [&]<int D>() {
-        return bf16 ? f.template operator()<D, std::uint16_t>() : f.template operator()<D, float>();
+        switch (p.kvDtype) {
+            case KvDtype::BF16: return f.template operator()<D, std::uint16_t>();
+            case KvDtype::F16: return f.template operator()<D, __half>();
+            default: return f.template operator()<D, float>();
+        }
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();

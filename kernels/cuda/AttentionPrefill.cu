@@ -225,10 +225,13 @@ __device__ __forceinline__ void cpAsyncWaitStages(int stages) {
     }
 }
 
-// One 16-byte raw chunk (8 bf16 or 4 fp32 values) → fp16 at dst (16 or 8 bytes, aligned).
+// One 16-byte raw chunk (8 bf16 / fp16 or 4 fp32 values) → fp16 at dst (16 or 8 bytes, aligned);
+// an fp16 cache's chunk is copied as it is (the same bits an fp32 value rounds to).
 template <typename KvT>
 __device__ __forceinline__ void convertChunk(const unsigned char* src, __half* dst) {
-    if constexpr (sizeof(KvT) == 2) {
+    if constexpr (std::is_same_v<KvT, __half>) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else if constexpr (sizeof(KvT) == 2) {
         const uint4 u = *reinterpret_cast<const uint4*>(src);
         uint4 h;
         h.x = packHalf2(bf16LoToFloat(u.x), bf16HiToFloat(u.x));
@@ -850,8 +853,11 @@ KernelStatus dispatch(const AttentionPrefillParams& p, bool bulk, F&& f) {
         return bulk ? f.template operator()<D, KvT, false, true>() : f.template operator()<D, KvT, false, false>();
     };
     const auto forDim = [&]<int D>() {
-        return p.kvDtype == KvDtype::BF16 ? forFusion.template operator()<D, std::uint16_t>()
-                                          : forFusion.template operator()<D, float>();
+        switch (p.kvDtype) {
+            case KvDtype::BF16: return forFusion.template operator()<D, std::uint16_t>();
+            case KvDtype::F16: return forFusion.template operator()<D, __half>();
+            default: return forFusion.template operator()<D, float>();
+        }
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();

@@ -1,4 +1,4 @@
-// Device helpers shared by the kernels in kernels/cuda: warp reductions, BF16 storage helpers,
+// Device helpers shared by the kernels in kernels/cuda: warp reductions, BF16 / FP16 storage helpers,
 // cp.async wrappers, the device-property query every launcher sizes its grid from, and the launch
 // helper (optionally programmatic) of the decode-step kernels.
 // Header-only (everything inline) so that a harness may #include several production .cu files.
@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+#include <kernels/WeightFormats.h>
 
 #include "KernelStatus.h"
 
@@ -223,6 +225,25 @@ __device__ __forceinline__ float blockSumFresh(float v, float* scratch) {
 __device__ __forceinline__ float bf16LoToFloat(std::uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float bf16HiToFloat(std::uint32_t pair) {
     return __uint_as_float(pair & 0xFFFF0000u);
+}
+
+// ---- device: 16-bit KV-cache storage (KvCache.h): KvT std::uint16_t holds BF16 bits, __half FP16 --
+// One 32-bit word of two stored values (the lower address in the low half) as two floats (exact).
+template <typename KvT>
+__device__ __forceinline__ float2 kvPairToFloat2(std::uint32_t pair) {
+    if constexpr (std::is_same_v<KvT, __half>) return __half22float2(*reinterpret_cast<const __half2*>(&pair));
+    else return make_float2(bf16LoToFloat(pair), bf16HiToFloat(pair));
+}
+// One stored value as a float (exact), and a float rounded to the storage type (nearest even).
+template <typename KvT>
+__device__ __forceinline__ float kvToFloat(KvT v) {
+    if constexpr (std::is_same_v<KvT, __half>) return __half2float(v);
+    else return bf16LoToFloat(v);
+}
+template <typename KvT>
+__device__ __forceinline__ KvT floatToKv(float v) {
+    if constexpr (std::is_same_v<KvT, __half>) return __float2half_rn(v);
+    else return formats::floatToBf16(v);
 }
 
 // ---- device: cp.async (sm_80+) -----------------------------------------------------------------

@@ -79,13 +79,11 @@ __device__ __forceinline__ void storeHead(int d, const float (&a)[kPairs], const
     }
 }
 
-// One K/V cache element in the cache's dtype (bf16: round to nearest even).
+// One K/V cache element in the cache's dtype (bf16, fp16: round to nearest even).
 __device__ __forceinline__ void storeKv(void* cache, KvDtype dtype, std::int64_t index, float v) {
-    if (dtype == KvDtype::F32) {
-        static_cast<float*>(cache)[index] = v;
-    } else {
-        static_cast<std::uint16_t*>(cache)[index] = formats::floatToBf16(v);
-    }
+    if (dtype == KvDtype::F32) static_cast<float*>(cache)[index] = v;
+    else if (dtype == KvDtype::F16) static_cast<__half*>(cache)[index] = floatToKv<__half>(v);
+    else static_cast<std::uint16_t*>(cache)[index] = floatToKv<std::uint16_t>(v);
 }
 
 }  // namespace gemma::cuda

@@ -16,6 +16,7 @@
 #include <kernels/WeightFormats.h>
 
 #include "CudaCommon.h"  // allowDependentsToStart() for the producer kernel below
+#include "KvCache.h"     // KvDtype, kvElementBytes for the cache value helpers below
 
 #include <algorithm>
 #include <cmath>
@@ -136,7 +137,7 @@ struct DeviceBuffer {
         HCHECK(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
         return h;
     }
-    void poison() { HCHECK(cudaMemset(ptr, 0xFF, count * sizeof(T))); }  // NaN for f32 and bf16
+    void poison() { HCHECK(cudaMemset(ptr, 0xFF, count * sizeof(T))); }  // NaN for f32, bf16 and fp16
     std::size_t bytes() const { return count * sizeof(T); }
 };
 
@@ -235,7 +236,80 @@ inline void ropeRef(std::vector<double>& y, const std::vector<float>& invFreq, i
     }
 }
 
+// ---- KV cache element values (KvCache.h) ---------------------------------------------------------
+// The harnesses fill caches with values the cache can hold, so that their FP64 references read
+// exactly what the kernels read. The roundings are the cache writers' (nearest even); NaN stays NaN.
+
+// The value a cache of `dtype` holds for x: fp32 as is, bf16 and fp16 rounded (exact in a double).
+inline double storedKvValue(gemma::cuda::KvDtype dtype, float x) {
+    switch (dtype) {
+        case gemma::cuda::KvDtype::BF16: return gemma::formats::roundToBf16(x);
+        case gemma::cuda::KvDtype::F16: return gemma::formats::fp16ToFloat(gemma::formats::floatToFp16(x));
+        default: return x;
+    }
+}
+
+// x as the cache stores it, in the kvElementBytes(dtype) bytes at dst.
+inline void encodeKv(gemma::cuda::KvDtype dtype, float x, std::uint8_t* dst) {
+    switch (dtype) {
+        case gemma::cuda::KvDtype::BF16: {
+            const std::uint16_t bits = gemma::formats::floatToBf16(x);
+            std::memcpy(dst, &bits, sizeof bits);
+            break;
+        }
+        case gemma::cuda::KvDtype::F16: {
+            const std::uint16_t bits = gemma::formats::floatToFp16(x);
+            std::memcpy(dst, &bits, sizeof bits);
+            break;
+        }
+        default: std::memcpy(dst, &x, sizeof x); break;
+    }
+}
+
+// The value of the cache element at src (exact).
+inline float decodeKv(gemma::cuda::KvDtype dtype, const std::uint8_t* src) {
+    if (dtype == gemma::cuda::KvDtype::F32) {
+        float x;
+        std::memcpy(&x, src, sizeof x);
+        return x;
+    }
+    std::uint16_t bits;
+    std::memcpy(&bits, src, sizeof bits);
+    return dtype == gemma::cuda::KvDtype::F16 ? gemma::formats::fp16ToFloat(bits) : gemma::formats::bf16ToFloat(bits);
+}
+
+// A whole host cache (float or double values the cache can hold) as the bytes to upload.
+template <typename T>
+std::vector<std::uint8_t> encodeKvCache(gemma::cuda::KvDtype dtype, const std::vector<T>& values) {
+    const std::size_t bytes = gemma::cuda::kvElementBytes(dtype);
+    std::vector<std::uint8_t> out(values.size() * bytes);
+    for (std::size_t i = 0; i < values.size(); ++i) encodeKv(dtype, static_cast<float>(values[i]), &out[i * bytes]);
+    return out;
+}
+
+// The most that storing x in a cache of `dtype` can move it: half an ulp, so 2^-8 |x| for bf16's
+// 8-bit significand and 2^-11 |x| for fp16's 11 bits (at least 2^-25, half of fp16's subnormal
+// spacing 2^-24; below fp16's overflow at 65520, far above the harnesses' values); fp32 stores the
+// value as it is.
+inline double kvRoundingBound(gemma::cuda::KvDtype dtype, double x) {
+    switch (dtype) {
+        case gemma::cuda::KvDtype::BF16: return std::ldexp(std::fabs(x), -8);
+        case gemma::cuda::KvDtype::F16: return std::max(std::ldexp(std::fabs(x), -11), std::ldexp(1.0, -25));
+        default: return 0.0;
+    }
+}
+
 // ---- comparison ----------------------------------------------------------------------------------
+// Two outputs of one computation on differently stored inputs: the same bits, and finite (two
+// all-NaN outputs would compare equal, e.g. from poisoned memory nothing wrote). Says which failed.
+inline bool sameBitsAndFinite(const std::vector<float>& a, const std::vector<float>& b, std::string& why) {
+    bool finite = true;
+    for (float x : b) finite &= std::isfinite(x);
+    const bool same = a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    why = !finite ? "non-finite output" : same ? "" : "bits differ";
+    return finite && same;
+}
+
 struct Compare {
     double relErr = 0;   // ||out - ref||2 / ||ref||2
     double maxAbs = 0;   // max |out - ref|

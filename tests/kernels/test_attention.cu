@@ -1,7 +1,7 @@
 // Harness: Flash-Decoding attention (kernels/cuda/AttentionDecode.cu).
 // - fixtures pin split boundaries, positions before the window fills, ring wrap, len 1,
 //   len = window, len = allocation, MQA (16×1, d 512) and GQA (d 256, d 128), several query rows
-//   (shared cache and one cache per row), bf16 and fp32 caches, forced and automatic splits;
+//   (shared cache and one cache per row), bf16, fp16 and fp32 caches, forced and automatic splits;
 // - every cache slot outside each row's live band is NaN, so one out-of-band read fails the run;
 //   the output and the split workspace are poisoned with NaN before each launch;
 // - FP64 host reference over the same rounded cache values and fp32 q;
@@ -14,7 +14,9 @@
 // - the tensor-core form (tensorCores: the prefill kernel over pieces of the band, then the merge)
 //   on every one-row fixture, against the same FP64 reference with the prefill harness's fp16
 //   tolerances (test_attention_prefill.cu says where they come from; same input distribution),
-//   forced and automatic splits, empty pieces, programmatic launch, and its refusals.
+//   forced and automatic splits, empty pieces, programmatic launch, and its refusals; an fp16
+//   cache bit for bit against an fp32 cache of the same fp16 values (the kernel stages both as the
+//   same halves), at automatic and forced splits.
 // - the cluster form (cluster: one launch, blocks of a cluster merged through distributed shared
 //   memory) on every fused fixture: output within 1e-5 of max|out| of the separate launches, the
 //   cache bit for bit (a KV-shared layer: not written), forced and automatic cluster sizes (1, 4,
@@ -30,7 +32,7 @@
 //   rows against the FP64 norm + RoPE, programmatic launch after delayed producers of each input,
 //   refusals; on the `pieces` fixtures (head dims 512, 256 and the goldens', groups 2, 8 and 16,
 //   the current position at position 0, at a piece's first and last key and inside a piece of a
-//   band over several, f32 and bf16, a KV-shared layer) also the output against an FP64 reference
+//   band over several, f32, bf16 and f16, a KV-shared layer) also the output against an FP64 reference
 //   within the tensor-core tolerance.
 #include "../../kernels/cuda/AttentionDecode.cu"
 #include "../../kernels/cuda/AttentionPrefill.cu"
@@ -42,7 +44,6 @@
 
 using namespace harness;
 namespace gc = gemma::cuda;
-namespace gf = gemma::formats;
 
 namespace {
 
@@ -88,13 +89,12 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     const std::int64_t cacheElems = f.capacity * f.kvHeads * d;
     const std::int64_t nCaches = f.separateCaches ? rows : 1;
     const std::int64_t batchStride = f.separateCaches ? cacheElems : 0;
-    const bool bf16 = f.dtype == gc::KvDtype::BF16;
 
     // Host caches as doubles (the rounded stored values); NaN outside every live band.
     std::vector<double> kh(static_cast<std::size_t>(cacheElems * nCaches), std::nan("")),
         vh(kh.size(), std::nan(""));
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    auto stored = [&](float x) -> double { return bf16 ? gf::roundToBf16(x) : x; };
+    auto stored = [&](float x) { return storedKvValue(f.dtype, x); };
     for (int r = 0; r < rows; ++r) {
         const std::int64_t c = f.separateCaches ? r : 0;
         for (std::int64_t pos = bandStart(f, f.positions[r]); pos <= f.positions[r]; ++pos) {
@@ -110,20 +110,9 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     std::vector<float> q(static_cast<std::size_t>(rows * qStride));
     for (auto& x : q) x = 0.25f * u(rng);
 
-    // Upload caches in their dtype.
+    // Upload caches in their dtype (the NaN slots stay NaN).
     const std::size_t eb = gc::kvElementBytes(f.dtype);
-    std::vector<std::uint8_t> kb(kh.size() * eb), vb(vh.size() * eb);
-    for (std::size_t i = 0; i < kh.size(); ++i) {
-        if (bf16) {
-            const std::uint16_t a = gf::floatToBf16(static_cast<float>(kh[i])), b = gf::floatToBf16(static_cast<float>(vh[i]));
-            std::memcpy(&kb[i * 2], &a, 2);
-            std::memcpy(&vb[i * 2], &b, 2);
-        } else {
-            const float a = static_cast<float>(kh[i]), b = static_cast<float>(vh[i]);
-            std::memcpy(&kb[i * 4], &a, 4);
-            std::memcpy(&vb[i * 4], &b, 4);
-        }
-    }
+    const std::vector<std::uint8_t> kb = encodeKvCache(f.dtype, kh), vb = encodeKvCache(f.dtype, vh);
     DeviceBuffer<std::uint8_t> dk(kb.size()), dv(vb.size());
     producer.upload(dk, kb);
     producer.upload(dv, vb);
@@ -259,6 +248,96 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, cublasLt
     return ok;
 }
 
+// The tensor-core form with an fp16 cache against an fp32 cache of the same fp16-representable
+// values (a full MQA layer at head dim 512, one row): the prefill kernel copies an fp16 cache's
+// K/V as they are and rounds an fp32 cache's to fp16 (nearest even) when staging them, so both
+// stage the same halves and the outputs must be the same bits (KvCache.h: the engine's FullF16
+// default rests on it). `splits` 0: the automatic count; where that differs between the dtypes
+// (the fp32 staging ring is larger, which may change the occupancy), both run at the fp32 count,
+// since different pieces merge in a different order.
+struct BitIdentityCase {
+    std::string name;
+    int position;
+    std::int64_t capacity;
+    int splits;  // 0 = automatic
+};
+
+void tensorCoreF16MatchesF32(const BitIdentityCase& c, std::mt19937_64& rng, Report& report) {
+    constexpr int qHeads = 16, kvHeads = 1, headDim = 512;
+    const std::int64_t slotElems = static_cast<std::int64_t>(kvHeads) * headDim;
+    // fp16 values in the band [0, position], NaN in every other slot (never read).
+    std::vector<float> keys(static_cast<std::size_t>(c.capacity * slotElems), std::nanf("")), values(keys.size(), std::nanf(""));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (std::int64_t pos = std::max<std::int64_t>(0, c.position + 1 - c.capacity); pos <= c.position; ++pos)
+        for (std::int64_t i = 0; i < slotElems; ++i) {
+            const std::size_t at = static_cast<std::size_t>((pos % c.capacity) * slotElems + i);
+            keys[at] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
+            values[at] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
+        }
+    std::vector<float> q(static_cast<std::size_t>(qHeads) * headDim);
+    for (auto& x : q) x = 0.25f * u(rng);
+    DeviceBuffer<float> dq(q.size()), dout(q.size());
+    dq.upload(q);
+    DeviceBuffer<int> dpos(1);
+    dpos.upload(std::vector<int>{c.position});
+
+    // The same launch over each cache: forms[0] fp32, forms[1] fp16.
+    struct Form {
+        gc::KvDtype dtype = gc::KvDtype::F32;
+        DeviceBuffer<std::uint8_t> k, v;
+        gc::AttentionDecodeParams params;
+    };
+    Form forms[2];
+    forms[1].dtype = gc::KvDtype::F16;
+    for (Form& form : forms) {
+        const auto kBytes = encodeKvCache(form.dtype, keys), vBytes = encodeKvCache(form.dtype, values);
+        form.k = DeviceBuffer<std::uint8_t>(kBytes.size());
+        form.v = DeviceBuffer<std::uint8_t>(vBytes.size());
+        form.k.upload(kBytes);
+        form.v.upload(vBytes);
+        gc::AttentionDecodeParams& p = form.params;
+        p.bulkCopies = bulkCopiesByDefault();
+        p.q = dq.ptr;
+        p.qStride = static_cast<std::int64_t>(qHeads) * headDim;
+        p.kCache = form.k.ptr;
+        p.vCache = form.v.ptr;
+        p.kvDtype = form.dtype;
+        p.capacity = c.capacity;
+        p.qHeads = qHeads;
+        p.kvHeads = kvHeads;
+        p.headDim = headDim;
+        p.positions = dpos.ptr;
+        p.maxBand = c.capacity;
+        p.scale = 1.0f;
+        p.out = dout.ptr;
+        p.outStride = p.qStride;
+        p.splits = c.splits;
+        p.tensorCores = true;
+    }
+    const int f32Splits = gc::attentionDecodeSplits(forms[0].params), f16Splits = gc::attentionDecodeSplits(forms[1].params);
+    std::string note = "splits " + std::to_string(f32Splits);
+    if (f16Splits != f32Splits) {
+        note += " (automatic for fp16: " + std::to_string(f16Splits) + ", forced to fp32's)";
+        forms[1].params.splits = f32Splits;
+    }
+    std::vector<float> outs[2];
+    for (int i = 0; i < 2; ++i) {
+        gc::AttentionDecodeParams& p = forms[i].params;
+        const std::size_t wsBytes = gc::attentionDecodeWorkspaceBytes(p);
+        DeviceBuffer<std::uint8_t> workspace(wsBytes);
+        workspace.poison();
+        p.workspace = workspace.ptr;
+        p.workspaceBytes = wsBytes;
+        dout.poison();
+        HCHECK_STATUS(gc::launchAttentionDecode(p, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        outs[i] = dout.download();
+    }
+    std::string why;
+    const bool ok = sameBitsAndFinite(outs[0], outs[1], why);
+    report.addCheck("tensor cores " + c.name + ": f16 cache bit-identical to f32", ok, note + (why.empty() ? "" : ", " + why));
+}
+
 
 // The fused attention of one decode row against launchQkvNormRope + split + merge.
 struct FusedFixture {
@@ -283,8 +362,7 @@ struct FusedFixture {
 
 void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std::vector<std::string>& perf) {
     const int d = f.headDim;
-    const bool bf16 = f.dtype == gc::KvDtype::BF16;
-    const std::size_t eb = bf16 ? 2 : 4;
+    const std::size_t eb = gc::kvElementBytes(f.dtype);
     const std::int64_t slotElems = static_cast<std::int64_t>(f.kvHeads) * d;
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     auto randoms = [&](std::size_t n, float scale) {
@@ -302,13 +380,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         for (std::int64_t pos = start; pos <= last; ++pos) {
             for (std::int64_t i = 0; i < slotElems; ++i) {
                 const std::size_t at = static_cast<std::size_t>(((pos % f.capacity) * slotElems + i)) * eb;
-                const float x = u(rng);
-                if (bf16) {
-                    const std::uint16_t b = gf::floatToBf16(x);
-                    std::memcpy(&bytes[at], &b, 2);
-                } else {
-                    std::memcpy(&bytes[at], &x, 4);
-                }
+                encodeKv(f.dtype, u(rng), &bytes[at]);
             }
         }
     };
@@ -601,18 +673,12 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         }
         // One stored cache element as a double.
         const auto storedValue = [&](const std::vector<std::uint8_t>& bytes, std::int64_t index) -> double {
-            if (bf16) {
-                std::uint16_t b;
-                std::memcpy(&b, &bytes[static_cast<std::size_t>(index) * 2], 2);
-                return gf::bf16ToFloat(b);
-            }
-            float x;
-            std::memcpy(&x, &bytes[static_cast<std::size_t>(index) * 4], 4);
-            return x;
+            return decodeKv(f.dtype, &bytes[static_cast<std::size_t>(index) * eb]);
         };
         const std::int64_t slotBase = f.position % f.capacity * slotElems;
         if (!f.kvShared) {
-            // fp32 within 1e-5 of the row's largest element; bf16 also half a bf16 ulp (2^-8 relative).
+            // fp32 within 1e-5 of the row's largest element; bf16 and fp16 also the storage's half
+            // ulp (kvRoundingBound: 2^-8 relative for bf16's 8-bit significand, 2^-11 for fp16's 11).
             double worst = 0.0;
             bool close = true;
             for (int h = 0; h < f.kvHeads; ++h) {
@@ -628,7 +694,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                     for (int i = 0; i < d; ++i) {
                         const double got = storedValue(bytes, slotBase + static_cast<std::int64_t>(h) * d + i);
                         const double diff = std::fabs(got - ref[static_cast<std::size_t>(i)]);
-                        close &= diff <= (bf16 ? std::ldexp(std::fabs(ref[static_cast<std::size_t>(i)]), -8) : 0.0) + 1e-5 * largest;
+                        close &= diff <= kvRoundingBound(f.dtype, ref[static_cast<std::size_t>(i)]) + 1e-5 * largest;
                         worst = std::max(worst, diff / largest);
                     }
                 }
@@ -824,7 +890,7 @@ int main() {
     const bool quick = quickMode();
     Report report("attention_decode");
     using gc::KvDtype;
-    const KvDtype B = KvDtype::BF16, F = KvDtype::F32;
+    const KvDtype B = KvDtype::BF16, F = KvDtype::F32, F16 = KvDtype::F16;
     // MQA (12b full layer): 16 query heads, 1 kv head, head dim 512. Tile = 8 keys in bf16.
     // GQA (12b sliding): 16 query heads, 8 kv heads, head dim 256, window 1024. Tile = 16 keys.
     std::vector<Fixture> fx = {
@@ -859,10 +925,16 @@ int main() {
         {"demo full d64 fp32 8q/2kv", 8, 2, 64, 0, 512, F, {300}, false},
         {"golden sliding d32 4q/2kv rows", 4, 2, 32, 16, 47, B, {40, 41, 42, 43}, false},
         {"golden sliding d32 len1", 4, 1, 32, 16, 47, F, {0}, false},
+        // fp16 caches (the engine's full-layer default), appended so that the programmatic rounds'
+        // indices below still pick the same fixtures.
+        {"mqa full f16 cache", 16, 1, 512, 0, 2048, F16, {1500}, false, 0, true, true},
+        {"gqa sliding f16 ring wrap", 16, 8, 256, 1024, 1024, F16, {100003}, false},
+        {"golden sliding d32 f16 rows", 4, 2, 32, 16, 47, F16, {40, 41, 42, 43}, false},
     };
     if (!quick) {
         fx.push_back({"mqa full len=allocation 32768", 16, 1, 512, 0, 32768, B, {32767}, false, 0, false, true});
         fx.push_back({"mqa full f32 len=allocation 32768", 16, 1, 512, 0, 32768, F, {32767}, false, 0, false, true});
+        fx.push_back({"mqa full f16 len=allocation 32768", 16, 1, 512, 0, 32768, F16, {32767}, false, 0, false, true});
         fx.push_back({"gqa sliding f32 window 1024 full band", 16, 8, 256, 1024, 1024, F, {50000}, false, 0, false, true});
         fx.push_back({"gqa sliding 12b window 1024 full band", 16, 8, 256, 1024, 1024, B, {50000}, false, 0, false, true});
         fx.push_back({"31b full 4kv 16K band", 32, 4, 512, 0, 16384, B, {16383}, false, 0, false, true});
@@ -924,6 +996,15 @@ int main() {
         report.addCheck("tensor cores: a fused merge refused", gc::launchAttentionDecode(bad, nullptr) == gc::KernelStatus::InvalidArgument,
                         "");
     }
+    // The tensor-core form over an fp16 cache and an fp32 cache of the same fp16 values: the same
+    // bits, at the automatic split count and at a forced one of several pieces (odd, so that the
+    // pieces' ends fall inside tiles).
+    const std::vector<BitIdentityCase> bitIdentityCases = {
+        {"d512 16q/1kv full pos 3000 auto splits", 3000, 4096, 0},
+        {"d512 16q/1kv full pos 3000 7 splits", 3000, 4096, 7},
+    };
+    for (const auto& c : bitIdentityCases)
+        if (!unwanted(c) && shard.take()) tensorCoreF16MatchesF32(c, rng, report);
     // Programmatic launch, 10 rounds: MQA with empty splits, GQA with 3 rows on one ring and an
     // odd split count (no oracle, no timing); then 2 rounds of the tensor-core form.
     // (Skipped under GEMMA_FIXTURES: they pick fixtures by index.)
@@ -938,7 +1019,7 @@ int main() {
     }
     if (lt) cublasLtDestroy(lt);
     // The fused decode form: 12b sliding (GQA d256, ring wrap too) and full (MQA d512, partial
-    // RoPE) layers, a KV-shared layer, bf16, empty splits, one split, the small golden head dims.
+    // RoPE) layers, a KV-shared layer, bf16 and f16, empty splits, one split, the small golden head dims.
     const std::vector<FusedFixture> fused = {
         {"12b sliding pos 150 f32", 16, 8, 256, 1024, 1055, F, 150, false, 128, 0, true},
         {"12b sliding pos 40 bf16", 16, 8, 256, 1024, 1055, B, 40, false, 128},
@@ -948,6 +1029,7 @@ int main() {
         {"12b sliding len1 f32", 16, 8, 256, 1024, 1055, F, 0, false, 128},
         {"12b sliding ring wrap f32", 16, 8, 256, 1024, 1055, F, 5000, false, 128, 0, true},
         {"12b full pos 3000 f32", 16, 1, 512, 0, 4096, F, 3000, false, 64},
+        {"12b full pos 3000 f16", 16, 1, 512, 0, 4096, F16, 3000, false, 64},
         // The 12b's full layer at the benchmark's short band, timed: ≈ 14 µs per layer in the
         // step's kernel timeline for a band of ≈ 150 keys (docs/PERFORMANCE.md version 22).
         {"12b full pos 150 f32", 16, 1, 512, 0, 4096, F, 150, false, 64, 0, true, true},
@@ -981,6 +1063,7 @@ int main() {
         {"pieces g2 d512 piece's last key bf16", 16, 8, 512, 0, 4096, B, 127, false, 64, 4, false, false, true},
         {"pieces g2 d512 piece's first key f32", 16, 8, 512, 0, 4096, F, 128, false, 64, 4, false, false, true},
         {"pieces g8 d512 inside piece 4 of 5 bf16", 8, 1, 512, 0, 4096, B, 700, false, 64, 5, false, false, true},
+        {"pieces g8 d512 inside piece 4 of 5 f16", 8, 1, 512, 0, 4096, F16, 700, false, 64, 5, false, false, true},
         {"pieces g8 d512 32q/4kv auto splits f32", 32, 4, 512, 0, 8192, F, 3000, false, 64, 0, false, false, true},
         {"pieces g16 d512 piece's first key bf16", 16, 1, 512, 0, 4096, B, 64, false, 64, 2, false, false, true},
         {"pieces kv-shared g2 d512 f32", 16, 8, 512, 0, 4096, F, 300, true, 64, 0, false, false, true},

@@ -3,8 +3,10 @@
 //   that are not tile multiples (1, 2, 17, 64, 300), start position 0 and > 0 (prior context in
 //   the cache), sliding windows smaller than / equal to / larger than the context (and smaller
 //   than the chunk itself), ring wrap with capacity = window + rows − 1, full layers up to a 2048
-//   context at d 512 MQA, bf16 and fp32 caches, padded q/out strides, a scale != 1 and one fixture
-//   with sharp (large-range) scores;
+//   context at d 512 MQA, bf16, fp16 and fp32 caches, padded q/out strides, a scale != 1 and one
+//   fixture with sharp (large-range) scores;
+// - an fp16 cache bit for bit against an fp32 cache of the same fp16 values (the kernel rounds an
+//   fp32 cache's K/V to fp16 when staging them and copies an fp16 cache's as they are);
 // - every cache slot outside the union of the rows' live bands is NaN, so one read of such a slot
 //   fails the run (a NaN V row reaches O as 0·NaN even where its score is masked); q's stride
 //   padding is NaN; out is poisoned with NaN before each launch and its stride padding must stay
@@ -13,23 +15,23 @@
 //   row over the same stored cache values and fp32 q;
 // - launcher argument checks (InvalidArgument / Unsupported);
 // - timing (not in quick mode): the 12b prefill of 2048 rows, sliding (16×8, d 256, window 1024)
-//   and full (16×1, d 512), bf16 and fp32 caches, in µs and TFLOP/s over the keys attended.
+//   and full (16×1, d 512), bf16, fp16 and fp32 caches, in µs and TFLOP/s over the keys attended.
 #include "../../kernels/cuda/AttentionPrefill.cu"
 #include "../../kernels/reference/ReferenceOps.cpp"  // standalone project: no reference library
 #include "HarnessCommon.h"
 
 using namespace harness;
 namespace gc = gemma::cuda;
-namespace gf = gemma::formats;
 
 namespace {
 
 // Tolerances. The kernel rounds q, K and V to fp16 (2^-11 relative) and P to fp16, accumulating in
-// fp32; the reference is exact over the stored (bf16 or fp32) values. A host emulation of exactly
+// fp32; the reference is exact over the stored (bf16, fp16 or fp32) values. A host emulation of exactly
 // those roundings over this harness's input distribution (q ~ 0.25·U(−1,1), K, V ~ U(−1,1): score
 // standard deviation 0.5–1.9 for d 32–512) gave relative L2 errors of 1.5e-4 … 5.6e-4 and
-// max|err|/max|ref| of 2.3e-4 … 9.1e-4 over d 32–512, 1–2048 keys, both cache dtypes (bf16 values
-// convert to fp16 exactly, so bf16 fixtures sit at the low end). The tolerances leave ~2× for the
+// max|err|/max|ref| of 2.3e-4 … 9.1e-4 over d 32–512, 1–2048 keys, bf16 and fp32 caches (bf16 values
+// convert to fp16 exactly, so bf16 fixtures sit at the low end; fp16 caches, staged as they are,
+// sit there too, so the same tolerances hold for them). The tolerances leave ~2× for the
 // larger sample of a fixture (up to 10^7 outputs: deeper into the tail). The error grows with the
 // score range (each score's absolute error ~ 2^-11·‖q‖‖k‖ moves exp(s) by that much): the "sharp"
 // fixture (q ~ U(−1,1), score std 5.3 at d 256) emulated at 1.3e-3 max, so it gets 4e-3.
@@ -78,14 +80,13 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
         report.addCheck("prefill " + f.name, false, "fixture violates the capacity contract");
         return false;
     }
-    const bool bf16 = f.dtype == gc::KvDtype::BF16;
     const std::int64_t slotElems = static_cast<std::int64_t>(f.kvHeads) * d;
     const std::int64_t cacheElems = f.capacity * slotElems;
 
     // Host caches (the stored values as floats), NaN outside the union of the live bands.
     std::vector<float> kh(static_cast<std::size_t>(cacheElems), std::nanf("")), vh(kh.size(), std::nanf(""));
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    auto stored = [&](float x) { return bf16 ? gf::roundToBf16(x) : x; };
+    auto stored = [&](float x) { return static_cast<float>(storedKvValue(f.dtype, x)); };
     for (std::int64_t pos = unionFirst; pos <= last; ++pos) {
         const std::int64_t base = (pos % f.capacity) * slotElems;
         for (std::int64_t i = 0; i < slotElems; ++i) {
@@ -93,18 +94,7 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
             vh[base + i] = stored(u(rng));
         }
     }
-    const std::size_t eb = gc::kvElementBytes(f.dtype);
-    std::vector<std::uint8_t> kb(kh.size() * eb), vb(vh.size() * eb);
-    for (std::size_t i = 0; i < kh.size(); ++i) {
-        if (bf16) {
-            const std::uint16_t a = gf::floatToBf16(kh[i]), b = gf::floatToBf16(vh[i]);  // NaN stays NaN
-            std::memcpy(&kb[i * 2], &a, 2);
-            std::memcpy(&vb[i * 2], &b, 2);
-        } else {
-            std::memcpy(&kb[i * 4], &kh[i], 4);
-            std::memcpy(&vb[i * 4], &vh[i], 4);
-        }
-    }
+    const std::vector<std::uint8_t> kb = encodeKvCache(f.dtype, kh), vb = encodeKvCache(f.dtype, vh);  // NaN stays NaN
     const std::int64_t width = static_cast<std::int64_t>(f.qHeads) * d;
     const std::int64_t stride = width + f.stridePad;
     std::vector<float> q(static_cast<std::size_t>(rows * stride), std::nanf(""));
@@ -208,6 +198,62 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
     return ok;
 }
 
+// An fp16 cache against an fp32 cache of the same fp16-representable values (d 512, 16 query heads
+// on one kv head, a full layer, 17 rows after 1000 keys of context): the kernel copies the fp16
+// cache's K/V into its tiles as they are and rounds the fp32 cache's to fp16 (nearest even), so
+// both stage the same halves and every output must be the same bits.
+void f16MatchesF32(std::mt19937_64& rng, Report& report) {
+    constexpr int qHeads = 16, kvHeads = 1, headDim = 512, rows = 17, start = 1000;
+    constexpr std::int64_t capacity = 4096;
+    const std::int64_t slotElems = static_cast<std::int64_t>(kvHeads) * headDim;
+    // fp16 values in slots 0 .. start + rows − 1 (every row's band), NaN past them (never read).
+    std::vector<float> keys(static_cast<std::size_t>(capacity * slotElems), std::nanf("")), values(keys.size(), std::nanf(""));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (std::size_t i = 0; i < static_cast<std::size_t>((start + rows) * slotElems); ++i) {
+        keys[i] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
+        values[i] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
+    }
+    const std::int64_t width = static_cast<std::int64_t>(qHeads) * headDim;
+    std::vector<float> q(static_cast<std::size_t>(rows * width));
+    for (auto& x : q) x = 0.25f * u(rng);
+    std::vector<int> positions(rows);
+    for (int r = 0; r < rows; ++r) positions[static_cast<std::size_t>(r)] = start + r;
+    DeviceBuffer<float> dq(q.size()), dout(q.size());
+    dq.upload(q);
+    DeviceBuffer<int> dpos(rows);
+    dpos.upload(positions);
+
+    std::vector<float> outs[2];
+    const gc::KvDtype dtypes[2] = {gc::KvDtype::F32, gc::KvDtype::F16};
+    for (int i = 0; i < 2; ++i) {
+        const auto kBytes = encodeKvCache(dtypes[i], keys), vBytes = encodeKvCache(dtypes[i], values);
+        DeviceBuffer<std::uint8_t> dk(kBytes.size()), dv(vBytes.size());
+        dk.upload(kBytes);
+        dv.upload(vBytes);
+        gc::AttentionPrefillParams p;
+        p.bulkCopies = bulkCopiesByDefault();
+        p.q = dq.ptr;
+        p.qStride = width;
+        p.kCache = dk.ptr;
+        p.vCache = dv.ptr;
+        p.kvDtype = dtypes[i];
+        p.capacity = capacity;
+        p.qHeads = qHeads;
+        p.kvHeads = kvHeads;
+        p.headDim = headDim;
+        p.positions = dpos.ptr;
+        p.rows = rows;
+        p.out = dout.ptr;
+        p.outStride = width;
+        dout.poison();
+        HCHECK_STATUS(gc::launchAttentionPrefill(p, nullptr));
+        HCHECK(cudaDeviceSynchronize());
+        outs[i] = dout.download();
+    }
+    std::string why;
+    report.addCheck("prefill d512 mqa 16/1 full start1000 r17: f16 cache bit-identical to f32", sameBitsAndFinite(outs[0], outs[1], why), why);
+}
+
 // Launcher argument checks: nothing is launched for a rejected request.
 void argumentChecks(Report& report) {
     DeviceBuffer<float> q(4096), out(4096);
@@ -265,7 +311,7 @@ int main() {
     const bool quick = quickMode();
     Report report("attention_prefill");
     using gc::KvDtype;
-    const KvDtype B = KvDtype::BF16, F = KvDtype::F32;
+    const KvDtype B = KvDtype::BF16, F = KvDtype::F32, F16 = KvDtype::F16;
     auto fx = [](std::string name, int qh, int kvh, int dim, int window, std::int64_t capacity, KvDtype dt,
                  int start, int rows) {
         Fixture f{};
@@ -313,6 +359,7 @@ int main() {
         add(f);
     }
     add(fx("d512 mqa 16/1 full start0 r17 bf16", 16, 1, 512, 0, 4096, B, 0, 17));
+    add(fx("d512 mqa 16/1 full start0 r17 f16", 16, 1, 512, 0, 4096, F16, 0, 17));
     add(fx("d512 31b 32/4 full start300 r2 fp32", 32, 4, 512, 0, 1024, F, 300, 2));
     {
         Fixture f = fx("d512 e4b 8/2 full start0 r300 fp32 padded strides", 8, 2, 512, 0, 512, F, 0, 300);
@@ -335,10 +382,17 @@ int main() {
         f.big = true;
         f.checkEvery = 3;
         add(f);
+        f.name = "d256 gqa 16/8 win1024 ring wrap + NaN slots r300 f16";
+        f.dtype = F16;
+        add(f);
     }
-    // 12b prefill of 2048 rows: timed; the reference checks every 16th row.
-    for (KvDtype dt : {B, F}) {
-        const char* tag = dt == B ? "bf16" : "fp32";
+    // 12b prefill of 2048 rows: timed; the reference checks every 16th row. The summary below
+    // keeps its totals in the order of kTimedDtypes.
+    const KvDtype kTimedDtypes[] = {B, F, F16};
+    const char* const kDtypeTags[] = {"bf16", "fp32", "f16"};
+    for (int which = 0; which < 3; ++which) {
+        const KvDtype dt = kTimedDtypes[which];
+        const char* tag = kDtypeTags[which];
         Fixture s = fx(std::string("12b sliding 16/8 d256 win1024 r2048 ") + tag, 16, 8, 256, 1024, 2048 + 1023, dt, 0, 2048);
         s.big = s.timing = true;
         s.checkEvery = 16;
@@ -357,20 +411,21 @@ int main() {
         runFixture(f, rng, report, timings);
         ++run;
     }
+    f16MatchesF32(rng, report);
     std::printf("%d fixtures%s\n", run, quick ? " (quick mode: large fixtures and timing skipped)" : "");
     if (!timings.empty()) {
         std::printf("\nprefill attention timing (information only, median of 15 × 4 launches):\n");
-        double sliding[2] = {0, 0}, full[2] = {0, 0};
+        double sliding[3] = {0, 0, 0}, full[3] = {0, 0, 0};
         for (const auto& t : timings) {
             std::printf("  %-40s %9.1f us  %6.1f TFLOP/s (4·keys·d·qHeads over the keys attended)\n",
                         t.name.c_str(), t.us, t.tflops);
-            const int i = t.dtype == KvDtype::BF16 ? 0 : 1;
+            const int i = static_cast<int>(std::find(std::begin(kTimedDtypes), std::end(kTimedDtypes), t.dtype) - std::begin(kTimedDtypes));
             (t.sliding ? sliding : full)[i] = t.us;
         }
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < 3; ++i)
             if (sliding[i] > 0 && full[i] > 0)
                 std::printf("  12b prompt of 2048 (%s cache): 40 sliding + 8 full layers = %.2f ms of attention\n",
-                            i == 0 ? "bf16" : "fp32", (40 * sliding[i] + 8 * full[i]) * 1e-3);
+                            kDtypeTags[i], (40 * sliding[i] + 8 * full[i]) * 1e-3);
     }
     return report.finish();
 }

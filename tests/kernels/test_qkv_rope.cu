@@ -1,7 +1,8 @@
 // Harness: q/k RMSNorm + half-split RoPE, v RMSNorm and the K/V cache write
-// (kernels/cuda/NormRopeCache.cu). FP64 host reference over the same fp32 inputs (the RoPE angle is
-// float(invFreq·float(pos)) as transformers computes it; cos/sin in double). Caches are filled
-// with NaN and every slot except the written ones must stay NaN; qOut is poisoned first.
+// (kernels/cuda/NormRopeCache.cu) into bf16, fp16 and fp32 caches. FP64 host reference over the
+// same fp32 inputs (the RoPE angle is float(invFreq·float(pos)) as transformers computes it;
+// cos/sin in double). Caches are filled with NaN and every slot except the written ones must stay
+// NaN; qOut is poisoned first.
 // Programmatic launch: q, k and v written by a delayed producer kernel (HarnessCommon.h Producer),
 // the kernel launched programmatically after it, 10 rounds over three fixtures.
 #include "../../kernels/cuda/NormRopeCache.cu"
@@ -9,7 +10,6 @@
 
 using namespace harness;
 namespace gc = gemma::cuda;
-namespace gf = gemma::formats;
 
 namespace {
 
@@ -90,15 +90,8 @@ void runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, Producer
     HCHECK(cudaDeviceSynchronize());
     const std::vector<float> qo = dqo.download();
     const std::vector<std::uint8_t> kb = kc.download(), vb = vc.download();
-    auto cacheValue = [&](const std::vector<std::uint8_t>& buf, std::int64_t idx) -> float {
-        if (f.dtype == gc::KvDtype::F32) {
-            float x;
-            std::memcpy(&x, &buf[idx * 4], 4);
-            return x;
-        }
-        std::uint16_t h;
-        std::memcpy(&h, &buf[idx * 2], 2);
-        return gf::bf16ToFloat(h);
+    auto cacheValue = [&](const std::vector<std::uint8_t>& buf, std::int64_t idx) {
+        return decodeKv(f.dtype, &buf[static_cast<std::size_t>(idx) * eb]);
     };
 
     std::vector<float> gotQ, gotK, gotV;
@@ -142,8 +135,11 @@ void runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, Producer
     for (std::int64_t i = 0; i < totalCache; ++i)
         if (!written[i]) stray += !std::isnan(cacheValue(kb, i)) + !std::isnan(cacheValue(vb, i));
 
-    const bool bf16 = f.dtype == gc::KvDtype::BF16;
-    const double cacheRel = bf16 ? 3e-3 : 3e-6, cacheAbs = bf16 ? 8e-3 : 1e-5;
+    // The cache's rounding: bf16 keeps an 8-bit significand (half an ulp: 2^-8 relative); fp16
+    // keeps 11 bits (2^-11), so bf16's bounds / 8; fp32 only the kernel's arithmetic.
+    const bool bf16 = f.dtype == gc::KvDtype::BF16, fp16 = f.dtype == gc::KvDtype::F16;
+    const double cacheRel = bf16 ? 3e-3 : fp16 ? 3e-3 / 8 : 3e-6;
+    const double cacheAbs = bf16 ? 8e-3 : fp16 ? 8e-3 / 8 : 1e-5;
     const std::string name = producer.tag() + f.name;
     report.add("q " + name, compare(gotQ.data(), refQ.data(), gotQ.size()), 3e-6, 1e-5);
     if (!f.shared) {
@@ -178,6 +174,10 @@ int main() {
         {"demo d64 sliding", 8, 2, 64, 32, 1e4, false, false, KvDtype::F32, 159, {700}, false},
         {"golden d32 sliding rows", 4, 2, 32, 16, 1e4, false, false, KvDtype::F32, 47, {40, 41, 42}, false},
         {"golden d64 full partial k_eq_v", 4, 1, 64, 8, 1e6, false, true, KvDtype::BF16, 512, {79}, false},
+        // fp16 caches (the engine's full-layer default), appended so that the programmatic rounds'
+        // indices below still pick the same fixtures.
+        {"12b full k_eq_v f16 cache", 16, 1, 512, 64, 1e6, false, true, KvDtype::F16, 32768, {20000}, false},
+        {"golden d32 sliding rows f16", 4, 2, 32, 16, 1e4, false, false, KvDtype::F16, 47, {40, 41, 42}, false},
     };
     Producer ordinary(false);
     for (const auto& f : fixtures) runFixture(f, rng, report, ordinary);
