@@ -43,12 +43,13 @@ std::vector<int> parseList(const std::string& text, std::string& error) {
 
 // Bytes a decode step at position p reads (PERF.md): decoder weights + lm_head (ModelInfo),
 // one embedding row, and the live KV band of every non-shared layer.
-double bytesPerToken(const gemma::ModelInfo& info, const gemma::ModelConfig& config, int position, int kvElementBytes) {
+double bytesPerToken(const gemma::ModelInfo& info, const gemma::ModelConfig& config, int position, gemma::KvCacheType kvCache) {
     double bytes = static_cast<double>(info.weightBytes) + config.hiddenSize + 4.0;
     for (const auto& g : config.layers) {
         if (g.kvShared) continue;
-        const int live = g.type == gemma::LayerType::Sliding ? std::min(position + 1, config.slidingWindow) : position + 1;
-        bytes += 2.0 * live * g.kvHeads * g.headDim * kvElementBytes;
+        const bool sliding = g.type == gemma::LayerType::Sliding;
+        const int live = sliding ? std::min(position + 1, config.slidingWindow) : position + 1;
+        bytes += 2.0 * live * g.kvHeads * g.headDim * gemma::kvCacheElementBytes(kvCache, sliding);
     }
     return bytes;
 }
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
          {"skip", true, "comma-separated parts to skip: sweep,depth,prefill,kernels", "PARTS"},
          {"json", true, "write the full results as JSON", "FILE"},
          {"markdown", true, "also write the markdown tables to a file", "FILE"},
-         {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
+         {"kv-cache", true, "GPU KV-cache element type: full-f16 (default: f16 on full-attention layers, f32 on sliding ones), f32, f16 or bf16", "TYPE"},
          {"no-graph", false, "launch every decode kernel directly instead of replaying the step as one CUDA graph"},
          {"no-gemm-prefill", false, "prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"no-pdl", false, "launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
@@ -214,12 +215,11 @@ int main(int argc, char** argv) {
 
     // ---- the engine's options: every flag checked before the minutes of measuring ----------------
     gemma::OpenOptions options{gemma::Device::Cuda, 4096};
-    const std::string kvCache = cli.value("kv-cache").value_or("f32");
-    if (kvCache != "f32" && kvCache != "bf16") {
-        std::cerr << "gemma-bench: --kv-cache must be f32 or bf16\n";
+    const std::string kvCache = cli.value("kv-cache").value_or(gemma::kvCacheTypeName(options.kvCache));
+    if (!gemma::parseKvCacheType(kvCache, options.kvCache)) {
+        std::cerr << "gemma-bench: --kv-cache must be full-f16, f32, f16 or bf16, got '" << kvCache << "'\n";
         return 1;
     }
-    options.kvCache = kvCache == "f32" ? gemma::KvCacheType::F32 : gemma::KvCacheType::Bf16;
     options.cudaGraph = !cli.has("no-graph");
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     options.programmaticLaunch = !cli.has("no-pdl");
@@ -281,7 +281,6 @@ int main(int argc, char** argv) {
     }
     std::vector<gemma::TracedPosition> stepTimeline;  // --step-timeline's rows, from the traced run
     std::string stepTimelineMissing = std::string("the ") + tracedSweep + " gave no run to trace";  // why, when empty
-    const int kvElementBytes = kvCache == "f32" ? 4 : 2;
     // The allocation sweep decodes after the prompt in every allocation: say so now, not after
     // the ceilings and the package are written.
     for (const int allocation : allocations) {
@@ -387,7 +386,7 @@ int main(int argc, char** argv) {
         const double deviceChainTps = hostSampling ? other->tokensPerSecond : plain->tokensPerSecond;
         const double hostSamplingTps = hostSampling ? plain->tokensPerSecond : other->tokensPerSecond;
         double bytes = 0.0;
-        for (int i = 0; i < request.decodeTokens; ++i) bytes += bytesPerToken(info, config, prompt + i, kvElementBytes);
+        for (int i = 0; i < request.decodeTokens; ++i) bytes += bytesPerToken(info, config, prompt + i, options.kvCache);
         bytes /= request.decodeTokens;
         Row row{test, allocation, depth, plain->tokensPerSecond, plain->msPerToken, bytes * plain->tokensPerSecond / 1e9, 0.0};
         row.percent = 100.0 * row.gbs / ceilings.readGBs;

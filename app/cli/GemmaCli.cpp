@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
          {"dump-logits", true, "write float32 logits of every prompt position and generated token", "FILE"},
          {"device", true, "cpu, cuda or auto (default auto)", "DEVICE"},
          {"context", true, "KV-cache allocation in positions (default 4096)", "N"},
-         {"kv-cache", true, "GPU KV-cache element type: f32 (default) or bf16", "TYPE"},
+         {"kv-cache", true, "GPU KV-cache element type: full-f16 (default: f16 on full-attention layers, f32 on sliding ones), f32, f16 or bf16", "TYPE"},
          {"no-gemm-prefill", false, "GPU: prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"no-pdl", false, "GPU: launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
          {"fp16-matvec", false, "GPU: FP4 matvecs take x as fp16 hi + lo instead of integers (the earlier form)"},
@@ -89,10 +89,8 @@ int main(int argc, char** argv) {
     else if (device == "auto") options.device = gemma::Device::Auto;
     else return fail("--device must be cpu, cuda or auto, got '" + device + "'");
 
-    const std::string kvCache = cli.value("kv-cache").value_or("f32");
-    if (kvCache == "bf16") options.kvCache = gemma::KvCacheType::Bf16;
-    else if (kvCache == "f32") options.kvCache = gemma::KvCacheType::F32;
-    else return fail("--kv-cache must be bf16 or f32, got '" + kvCache + "'");
+    const std::string kvCache = cli.value("kv-cache").value_or(gemma::kvCacheTypeName(options.kvCache));
+    if (!gemma::parseKvCacheType(kvCache, options.kvCache)) return fail("--kv-cache must be full-f16, f32, f16 or bf16, got '" + kvCache + "'");
     if (cli.has("no-gemm-prefill")) options.prefillGemmMinRows = 0;
     if (cli.has("no-pdl")) options.programmaticLaunch = false;
     if (cli.has("fp16-matvec")) options.integerMatvec = false;

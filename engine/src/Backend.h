@@ -46,13 +46,15 @@ inline std::int64_t kvCacheSlots(bool sliding, int slidingWindow, int allocation
     return sliding ? std::min<std::int64_t>(allocation, slidingWindow + chunk - 1) : allocation;
 }
 
-// Bytes of a model's KV cache (keys and values of every layer that owns a cache) at `elementBytes`
-// per value: what a backend allocates and what Engine::estimateMemory reports.
-inline std::int64_t kvCacheBytes(const ModelConfig& c, int allocation, int chunk, int elementBytes) {
+// Bytes of a model's KV cache (keys and values of every layer that owns a cache) at `type`'s
+// element sizes (kvCacheElementBytes; the CPU backend's f32 is KvCacheType::F32): what a backend
+// allocates and what Engine::estimateMemory reports.
+inline std::int64_t kvCacheBytes(const ModelConfig& c, int allocation, int chunk, KvCacheType type) {
     std::int64_t bytes = 0;
     for (const auto& g : c.layers) {
         if (g.kvShared) continue;
-        bytes += 2 * kvCacheSlots(g.type == LayerType::Sliding, c.slidingWindow, allocation, chunk) * g.kvHeads * g.headDim * elementBytes;
+        const bool sliding = g.type == LayerType::Sliding;
+        bytes += 2 * kvCacheSlots(sliding, c.slidingWindow, allocation, chunk) * g.kvHeads * g.headDim * kvCacheElementBytes(type, sliding);
     }
     return bytes;
 }
@@ -89,7 +91,7 @@ public:
     // (Re)allocates the KV cache for `allocation` positions and forgets all context.
     virtual Status resetContext(int allocation) = 0;
     virtual int contextAllocation() const = 0;
-    virtual int kvBytesPerElement() const = 0;  // 4 (f32) or 2 (bf16, CUDA only)
+    virtual KvCacheType kvCacheType() const = 0;  // its element types (the CPU backend: F32)
     // Streaming-read bandwidth of the memory this backend's weights live in, GB/s (Engine.h).
     virtual Expected<double> measureReadBandwidth() = 0;
     // Whether an uninstrumented single-token forward() replays a captured graph (CUDA).

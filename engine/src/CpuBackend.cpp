@@ -55,7 +55,7 @@ public:
 
     std::string name() const override { return "cpu (fp32 reference)"; }
     int contextAllocation() const override { return allocation_; }
-    int kvBytesPerElement() const override { return 4; }
+    KvCacheType kvCacheType() const override { return KvCacheType::F32; }
 
     Expected<double> measureReadBandwidth() override {
         // 512 MiB of non-zero words, read by every pool thread (XOR-folded so the loads stay).
@@ -85,7 +85,7 @@ public:
     Status resetContext(int allocation) override {
         if (allocation <= 0) return {ErrorCode::InvalidArgument, "the context allocation must be positive"};
         const auto& c = config_;
-        const std::int64_t totalBytes = kvCacheBytes(c, allocation, kPrefillChunk, 4);
+        const std::int64_t totalBytes = kvCacheBytes(c, allocation, kPrefillChunk, KvCacheType::F32);
         if (totalBytes > (std::int64_t{64} << 30)) {
             return {ErrorCode::OutOfMemory, "a KV cache of " + std::to_string(totalBytes >> 20) + " MiB is too large for the CPU backend"};
         }

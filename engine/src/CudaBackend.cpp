@@ -182,7 +182,7 @@ class CudaBackend final : public Backend {
 public:
     CudaBackend(const Package& package, const ModelWeights& weights, const OpenOptions& options)
         : package_(package), config_(package.config()), weights_(weights),
-          kvDtype_(options.kvCache == KvCacheType::F32 ? kc::KvDtype::F32 : kc::KvDtype::BF16), graphWanted_(options.cudaGraph),
+          kvCacheType_(options.kvCache), graphWanted_(options.cudaGraph),
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
           integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
@@ -316,7 +316,15 @@ public:
         return std::any_of(graphExec_.begin(), graphExec_.end(), [](cudaGraphExec_t graph) { return graph != nullptr; });
     }
     int contextAllocation() const override { return allocation_; }
-    int kvBytesPerElement() const override { return static_cast<int>(kc::kvElementBytes(kvDtype_)); }
+    KvCacheType kvCacheType() const override { return kvCacheType_; }
+    // The element type of layer l's cache (a shared layer's: its source's).
+    kc::KvDtype kvDtypeOf(int l) const {
+        const auto& source = config_.layers[config_.layers[l].kvSourceLayer];
+        switch (kvCacheElementBytes(kvCacheType_, source.type == LayerType::Sliding)) {
+            case 4: return kc::KvDtype::F32;
+            default: return kvCacheType_ == KvCacheType::Bf16 ? kc::KvDtype::BF16 : kc::KvDtype::F16;
+        }
+    }
 
     Expected<double> measureReadBandwidth() override {
         std::size_t freeBytes = 0, totalBytes = 0;
@@ -356,7 +364,7 @@ public:
                 if (g.kvShared) continue;
                 auto& cache = caches_[l];
                 cache.capacity = capacityOf(g, allocation);
-                const std::size_t bytes = static_cast<std::size_t>(cache.capacity) * g.kvHeads * g.headDim * kc::kvElementBytes(kvDtype_);
+                const std::size_t bytes = static_cast<std::size_t>(cache.capacity) * g.kvHeads * g.headDim * kc::kvElementBytes(kvDtypeOf(l));
                 Status status = cache.keys.allocate(bytes, "allocating the KV cache");
                 if (status) status = cache.values.allocate(bytes, "allocating the KV cache");
                 if (!status) {
@@ -630,7 +638,7 @@ private:
     }
 
     std::size_t kvBytes(int allocation) const {
-        return static_cast<std::size_t>(kvCacheBytes(config_, allocation, chunkRows_, static_cast<int>(kc::kvElementBytes(kvDtype_))));
+        return static_cast<std::size_t>(kvCacheBytes(config_, allocation, chunkRows_, kvCacheType_));
     }
 
     // The widest linear a GEMM prefill dequantizes at once (gate and up together) and its input.
@@ -850,7 +858,7 @@ private:
         p.qStride = qWidth_;
         p.kCache = cache.keys.as<void>();
         p.vCache = cache.values.as<void>();
-        p.kvDtype = kvDtype_;
+        p.kvDtype = kvDtypeOf(layer);
         p.capacity = cache.capacity;
         p.qHeads = config_.numHeads;
         p.kvHeads = g.kvHeads;
@@ -1684,7 +1692,7 @@ private:
         p.invFreq = w.inverseFrequency;
         p.rotatedPairs = g.ropeRotatedPairs;
         p.positions = positions_.as<int>();
-        p.kvDtype = kvDtype_;
+        p.kvDtype = kvDtypeOf(l);
         p.qHeads = c.numHeads;
         p.kvHeads = g.kvHeads;
         p.headDim = g.headDim;
@@ -1799,7 +1807,7 @@ private:
     const Package& package_;
     const ModelConfig& config_;
     const ModelWeights& weights_;
-    kc::KvDtype kvDtype_ = kc::KvDtype::BF16;
+    KvCacheType kvCacheType_ = KvCacheType::FullF16;
     std::string deviceName_;
     cudaStream_t stream_ = nullptr;
     DeviceBuffer weightsOnDevice_, frequencyTable_;

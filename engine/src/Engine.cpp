@@ -51,6 +51,26 @@ const char* stopReasonName(StopReason reason) {
 
 const char* engineVersion() { return GEMMA_VERSION; }
 
+const char* kvCacheTypeName(KvCacheType type) {
+    switch (type) {
+        case KvCacheType::FullF16: return "full-f16";
+        case KvCacheType::F32: return "f32";
+        case KvCacheType::F16: return "f16";
+        case KvCacheType::Bf16: return "bf16";
+    }
+    return "?";
+}
+
+bool parseKvCacheType(const std::string& text, KvCacheType& type) {
+    for (const KvCacheType t : {KvCacheType::FullF16, KvCacheType::F32, KvCacheType::F16, KvCacheType::Bf16}) {
+        if (text == kvCacheTypeName(t)) {
+            type = t;
+            return true;
+        }
+    }
+    return false;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -68,10 +88,10 @@ void finishStep(StepStats& step, Clock::time_point start, bool instrumented) {
     step.bucketMs[static_cast<int>(Bucket::Gap)] = std::max(0.0, step.wallMs - kernels);
 }
 
-std::int64_t kvBytesPerPosition(const ModelConfig& c) {
+std::int64_t kvBytesPerPosition(const ModelConfig& c, KvCacheType type) {
     std::int64_t bytes = 0;
     for (const auto& g : c.layers) {
-        if (!g.kvShared) bytes += 2LL * g.kvHeads * g.headDim * 4;
+        if (!g.kvShared) bytes += 2LL * g.kvHeads * g.headDim * kvCacheElementBytes(type, g.type == LayerType::Sliding);
     }
     return bytes;
 }
@@ -146,7 +166,7 @@ public:
         info_.layers = c.numLayers;
         info_.contextAllocation = options.contextAllocation;
         info_.weightBytes = weights_->decoderBytesPerToken;
-        info_.kvBytesPerPosition = kvBytesPerPosition(c) / 4 * backend_->kvBytesPerElement();
+        info_.kvBytesPerPosition = kvBytesPerPosition(c, backend_->kvCacheType());
         info_.hasTokenizer = hasTokenizer_;
         info_.configJson = c.toJson();
 
@@ -482,7 +502,7 @@ Expected<MemoryEstimate> Engine::estimateMemory(const std::filesystem::path& pat
     const bool gpu = options.device != Device::Cpu;
     estimate.kvCacheBytes = kvCacheBytes(c, options.contextAllocation,
                                          gpu && options.prefillGemmMinRows > 0 ? options.gemmPrefillChunk : kPrefillChunk,
-                                         gpu && options.kvCache == KvCacheType::Bf16 ? 2 : 4);
+                                         gpu ? options.kvCache : KvCacheType::F32);
     // Activations of one prefill chunk and one logits row per position of the chunk; on a GPU also
     // the GEMM prefill's chunk of activations (fp32 + FP16 copies) and one dequantized gate|up pair.
     const std::int64_t ffn = c.baseIntermediateSize * (c.useDoubleWideMlp ? 2 : 1);

@@ -43,10 +43,14 @@ TEST(BackendSizing, KvCacheBytesCountOwnedCachesAtTheirSlots) {
     c.layers = {sliding, full, shared};
     // Keys and values: 2 × slots × heads × dim × bytes; the sliding ring holds window + chunk − 1.
     const std::int64_t slidingBytes = 2 * (512 + 32 - 1) * 2 * 64 * 4, fullBytes = 2 * 4096 * 1 * 128 * 4;
-    EXPECT_EQ(gemma::kvCacheBytes(c, 4096, 32, 4), slidingBytes + fullBytes);
-    EXPECT_EQ(2 * gemma::kvCacheBytes(c, 4096, 32, 2), slidingBytes + fullBytes);
+    using gemma::KvCacheType;
+    EXPECT_EQ(gemma::kvCacheBytes(c, 4096, 32, KvCacheType::F32), slidingBytes + fullBytes);
+    EXPECT_EQ(2 * gemma::kvCacheBytes(c, 4096, 32, KvCacheType::Bf16), slidingBytes + fullBytes);
+    EXPECT_EQ(2 * gemma::kvCacheBytes(c, 4096, 32, KvCacheType::F16), slidingBytes + fullBytes);
+    // The default: the full layer's cache in 2-byte values, the sliding ring in 4-byte ones.
+    EXPECT_EQ(gemma::kvCacheBytes(c, 4096, 32, KvCacheType::FullF16), slidingBytes + fullBytes / 2);
     // An allocation below the window caps the ring too.
-    EXPECT_EQ(gemma::kvCacheBytes(c, 256, 2048, 4), 2 * 256 * 2 * 64 * 4 + 2 * 256 * 1 * 128 * 4);
+    EXPECT_EQ(gemma::kvCacheBytes(c, 256, 2048, KvCacheType::F32), 2 * 256 * 2 * 64 * 4 + 2 * 256 * 1 * 128 * 4);
 }
 
 TEST(BackendSizing, AskedChunkKeptWhenItFits) {

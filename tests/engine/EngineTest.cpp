@@ -248,12 +248,14 @@ TEST(MemoryEstimate, FollowsThePackageAndTheCacheType) {
     std::int64_t tensorBytes = 0;
     for (const auto& [name, tensor] : package->tensors()) tensorBytes += static_cast<std::int64_t>(tensor.bytes + tensor.scaleBytes);
     const auto& c = package->config();
-    const auto expectedKv = [&](int allocation, int chunk, int elementBytes) {
+    // Sliding layers' values at elementBytes, full layers' at fullBytes (default: the same).
+    const auto expectedKv = [&](int allocation, int chunk, int elementBytes, int fullBytes = 0) {
         std::int64_t bytes = 0;
         for (const auto& g : c.layers) {
             if (g.kvShared) continue;
-            bytes += 2 * gemma::kvCacheSlots(g.type == gemma::LayerType::Sliding, c.slidingWindow, allocation, chunk) * g.kvHeads *
-                     g.headDim * elementBytes;
+            const bool sliding = g.type == gemma::LayerType::Sliding;
+            bytes += 2 * gemma::kvCacheSlots(sliding, c.slidingWindow, allocation, chunk) * g.kvHeads * g.headDim *
+                     (sliding || fullBytes == 0 ? elementBytes : fullBytes);
         }
         return bytes;
     };
@@ -284,6 +286,14 @@ TEST(MemoryEstimate, FollowsThePackageAndTheCacheType) {
     EXPECT_EQ(bf16->kvCacheBytes, expectedKv(1024, gpu.gemmPrefillChunk, 2));
     EXPECT_EQ(2 * bf16->kvCacheBytes, f32->kvCacheBytes);
     EXPECT_EQ(bf16->workspaceBytes, f32->workspaceBytes);
+    gpu.kvCache = gemma::OpenOptions{}.kvCache;  // the default: fp16 in the full layers, f32 in the sliding ones
+    ASSERT_EQ(gpu.kvCache, gemma::KvCacheType::FullF16);
+    const auto fullF16 = gemma::Engine::estimateMemory(path, gpu);
+    ASSERT_TRUE(fullF16);
+    EXPECT_EQ(fullF16->kvCacheBytes, expectedKv(1024, gpu.gemmPrefillChunk, 4, 2));
+    EXPECT_LT(fullF16->kvCacheBytes, f32->kvCacheBytes);
+    EXPECT_GT(fullF16->kvCacheBytes, bf16->kvCacheBytes);  // the tiny model has sliding and full layers
+    gpu.kvCache = gemma::KvCacheType::Bf16;
     gpu.contextAllocation = 4096;  // a longer allocation grows the cache alone
     const auto longer = gemma::Engine::estimateMemory(path, gpu);
     ASSERT_TRUE(longer);
@@ -300,4 +310,22 @@ TEST(MemoryEstimate, FollowsThePackageAndTheCacheType) {
     ASSERT_FALSE(truncated);
     EXPECT_EQ(truncated.status().code(), gemma::ErrorCode::InvalidFile);
     EXPECT_FALSE(truncated.status().message().empty());
+}
+
+// The command-line spellings of the KV-cache types round-trip; anything else is refused and
+// leaves the type as it was.
+TEST(KvCacheType, NamesRoundTripAndUnknownNamesAreRefused) {
+    using gemma::KvCacheType;
+    for (const KvCacheType t : {KvCacheType::FullF16, KvCacheType::F32, KvCacheType::F16, KvCacheType::Bf16}) {
+        KvCacheType parsed = t == KvCacheType::F32 ? KvCacheType::Bf16 : KvCacheType::F32;
+        EXPECT_TRUE(gemma::parseKvCacheType(gemma::kvCacheTypeName(t), parsed)) << gemma::kvCacheTypeName(t);
+        EXPECT_EQ(parsed, t);
+    }
+    KvCacheType kept = KvCacheType::F16;
+    for (const char* bad : {"", "F32", "fp16", "full", "f16 "}) EXPECT_FALSE(gemma::parseKvCacheType(bad, kept)) << bad;
+    EXPECT_EQ(kept, KvCacheType::F16);
+    EXPECT_EQ(gemma::kvCacheElementBytes(KvCacheType::FullF16, true), 4);
+    EXPECT_EQ(gemma::kvCacheElementBytes(KvCacheType::FullF16, false), 2);
+    EXPECT_EQ(gemma::kvCacheElementBytes(KvCacheType::F32, false), 4);
+    EXPECT_EQ(gemma::kvCacheElementBytes(KvCacheType::Bf16, true), 2);
 }

@@ -111,16 +111,35 @@ struct ModelInfo {
     int layers = 0;
     int contextAllocation = 0;
     std::int64_t weightBytes = 0;         // bytes the decoder streams per token
-    std::int64_t kvBytesPerPosition = 0;  // KV-cache bytes one position adds (non-shared layers)
+    std::int64_t kvBytesPerPosition = 0;  // KV-cache bytes one position adds (non-shared layers, at their element types)
     bool hasTokenizer = true;             // false for synthetic benchmark packages (raw tokens only)
     std::string configJson;               // the package's resolved config (ModelConfig::fromJson reads it)
 };
 
-// Element type of the GPU KV cache. F32 (the default) matches the CPU oracle and transformers to
-// ~1e-5 of max|logit| on every golden; BF16 halves the bytes attention reads at long context but
-// moved logits by up to 7.6 % of max|logit| on the (deliberately peaked) golden models, over the
-// 2e-2 parity budget (docs/KERNELS.md). The CPU backend always uses f32.
-enum class KvCacheType { F32, Bf16 };
+// Element type of the GPU KV cache (the CPU backend always uses f32):
+//   FullF16 (the default): the full-attention layers' caches in fp16, the sliding layers' in f32.
+//     The full layers' decode attention (the tensor-core pieces) and the prefill's flash attention
+//     round K and V to fp16 when they stage them, so an fp16 cache gives them the same bits for
+//     half the bytes they read, and half the memory of the caches that grow with the context
+//     (docs/PERFORMANCE.md version 40). Kernels that read a full layer's cache in fp32 arithmetic
+//     (the cluster form at short bands, the fp32 fallbacks) see K and V to 2^-11 relative.
+//   F32: every layer in f32: matches the CPU oracle and transformers to ~1e-5 of max|logit|.
+//   F16: every layer in fp16.
+//   Bf16: every layer in bf16: moved logits by up to 7.6 % of max|logit| on the (deliberately
+//     peaked) golden models, over the 2e-2 parity budget (docs/KERNELS.md).
+enum class KvCacheType { FullF16, F32, F16, Bf16 };
+
+// Bytes of one KV-cache value of a layer on the CUDA backend (the CPU backend: 4).
+constexpr int kvCacheElementBytes(KvCacheType type, bool slidingLayer) {
+    switch (type) {
+        case KvCacheType::F32: return 4;
+        case KvCacheType::FullF16: return slidingLayer ? 4 : 2;
+        default: return 2;
+    }
+}
+// The command-line spelling of a type ("full-f16", "f32", "f16", "bf16"), and back (false: unknown).
+const char* kvCacheTypeName(KvCacheType type);
+bool parseKvCacheType(const std::string& text, KvCacheType& type);
 
 // How the CUDA GEMM prefill feeds x (fp32) to its FP16 GEMMs: Split, x as FP16 hi + lo (two
 // GEMMs per linear, x to ~2^-22); SplitDown, only the down projections split, every other linear
@@ -130,7 +149,7 @@ enum class PrefillInput { Split, SplitDown, Single };
 struct OpenOptions {
     Device device = Device::Auto;
     int contextAllocation = 4096;  // KV slots of full-attention layers
-    KvCacheType kvCache = KvCacheType::F32;
+    KvCacheType kvCache = KvCacheType::FullF16;
     // Replay uninstrumented single-token decode steps as one CUDA graph, self-checked against direct
     // launches on first use (a mismatch turns it off and says why in the backend name).
     bool cudaGraph = true;
