@@ -95,7 +95,12 @@ TEST(GemmaCli, BadInputExitsNonZeroWithAMessage) {
     r = run("--frobnicate");
     EXPECT_NE(r.exitCode, 0);
     EXPECT_NE(r.output.find("unknown option"), std::string::npos) << r.output;
+    // An unknown cache type is refused before any model is opened, naming the accepted ones.
+    r = run("--kv-cache fp16 --prompt hi");
+    EXPECT_NE(r.exitCode, 0);
+    EXPECT_NE(r.output.find("--kv-cache must be full-f16, f32, f16 or bf16, got 'fp16'"), std::string::npos) << r.output;
     r = run("--help");
     EXPECT_EQ(r.exitCode, 0);
     EXPECT_NE(r.output.find("--dump-logits"), std::string::npos);
+    EXPECT_NE(r.output.find("full-f16 (default"), std::string::npos) << r.output;
 }
