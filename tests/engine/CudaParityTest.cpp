@@ -61,6 +61,14 @@ Generation generate(const fs::path& package, gemma::Device device, const std::ve
     return run;
 }
 
+// The largest |difference| between two runs' logits (NaN when their lengths differ).
+double largestDifference(const Generation& a, const Generation& b) {
+    if (a.logits.size() != b.logits.size()) return std::nan("");
+    double largest = 0.0;
+    for (std::size_t i = 0; i < a.logits.size(); ++i) largest = std::max(largest, std::fabs(static_cast<double>(a.logits[i]) - b.logits[i]));
+    return largest;
+}
+
 // Greedy ids with no logits wanted: the CUDA backend chooses on the device and chains the steps
 // there (Backend::decodeGreedy), timing every `instrumentEvery`th step through direct launches.
 std::vector<std::int32_t> deviceGreedyIds(const fs::path& package, const std::vector<std::int32_t>& prompt, int count, int instrumentEvery,
@@ -267,11 +275,8 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     compare(separatePiecesRun, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(norm + RoPE before the pieces) vs cpu",
             2e-2);
     if (separatePiecesRun.logits.size() == exact.logits.size()) {
-        double largest = 0.0;
-        for (std::size_t i = 0; i < exact.logits.size(); ++i)
-            largest = std::max(largest, std::fabs(static_cast<double>(separatePiecesRun.logits[i]) - exact.logits[i]));
         std::printf("[ gpu    ] %-24s max|Δ| against the default run = %.3g (bit-identical expected)\n",
-                    (GetParam() + " norm + RoPE before the pieces").c_str(), largest);
+                    (GetParam() + " norm + RoPE before the pieces").c_str(), largestDifference(separatePiecesRun, exact));
     }
     for (int every : {0, 5}) {
         EXPECT_EQ(deviceGreedyIds(scratch / "model.gemma", prompt, count, every, separatePieces), separatePiecesRun.tokens)
@@ -298,12 +303,6 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     // rounding). Held to the tensor-core tolerance, tokens included.
     const Generation fullF16 = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::FullF16);
     compare(fullF16, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(full-f16 kv) vs cpu", 2e-2);
-    const auto largestDifference = [](const Generation& a, const Generation& b) {
-        if (a.logits.size() != b.logits.size()) return std::nan("");
-        double largest = 0.0;
-        for (std::size_t i = 0; i < a.logits.size(); ++i) largest = std::max(largest, std::fabs(static_cast<double>(a.logits[i]) - b.logits[i]));
-        return largest;
-    };
     std::printf("[ gpu    ] %-24s max|Δ| against the f32-cache run = %.3g\n", (GetParam() + " full-f16 kv").c_str(),
                 largestDifference(fullF16, exact));
     // Every layer's cache in fp16 (KvCacheType::F16): the sliding layers' fp32 attention then

@@ -287,6 +287,27 @@ std::vector<std::uint8_t> encodeKvCache(gemma::cuda::KvDtype dtype, const std::v
     return out;
 }
 
+// Keys and values of a cache of `capacity` slots of `slotElems` values, fp16-representable draws
+// of U(−1, 1) (so that an f32 and an fp16 cache hold the same values) at positions [first, last]
+// in slot position % capacity, NaN in every other slot (never read). Per position and element:
+// the key's draw, then the value's.
+struct KvBand {
+    std::vector<float> keys, values;
+};
+inline KvBand fp16KvBand(std::int64_t capacity, std::int64_t slotElems, std::int64_t first, std::int64_t last, std::mt19937_64& rng) {
+    KvBand band;
+    band.keys.assign(static_cast<std::size_t>(capacity * slotElems), std::nanf(""));
+    band.values = band.keys;
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (std::int64_t pos = first; pos <= last; ++pos)
+        for (std::int64_t i = 0; i < slotElems; ++i) {
+            const std::size_t at = static_cast<std::size_t>((pos % capacity) * slotElems + i);
+            band.keys[at] = static_cast<float>(storedKvValue(gemma::cuda::KvDtype::F16, u(rng)));
+            band.values[at] = static_cast<float>(storedKvValue(gemma::cuda::KvDtype::F16, u(rng)));
+        }
+    return band;
+}
+
 // The most that storing x in a cache of `dtype` can move it: half an ulp, so 2^-8 |x| for bf16's
 // 8-bit significand and 2^-11 |x| for fp16's 11 bits (at least 2^-25, half of fp16's subnormal
 // spacing 2^-24; below fp16's overflow at 65520, far above the harnesses' values); fp32 stores the

@@ -265,15 +265,9 @@ struct BitIdentityCase {
 void tensorCoreF16MatchesF32(const BitIdentityCase& c, std::mt19937_64& rng, Report& report) {
     constexpr int qHeads = 16, kvHeads = 1, headDim = 512;
     const std::int64_t slotElems = static_cast<std::int64_t>(kvHeads) * headDim;
-    // fp16 values in the band [0, position], NaN in every other slot (never read).
-    std::vector<float> keys(static_cast<std::size_t>(c.capacity * slotElems), std::nanf("")), values(keys.size(), std::nanf(""));
+    // fp16 values in the live band, NaN in every other slot (never read).
+    const KvBand band = fp16KvBand(c.capacity, slotElems, std::max<std::int64_t>(0, c.position + 1 - c.capacity), c.position, rng);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (std::int64_t pos = std::max<std::int64_t>(0, c.position + 1 - c.capacity); pos <= c.position; ++pos)
-        for (std::int64_t i = 0; i < slotElems; ++i) {
-            const std::size_t at = static_cast<std::size_t>((pos % c.capacity) * slotElems + i);
-            keys[at] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
-            values[at] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
-        }
     std::vector<float> q(static_cast<std::size_t>(qHeads) * headDim);
     for (auto& x : q) x = 0.25f * u(rng);
     DeviceBuffer<float> dq(q.size()), dout(q.size());
@@ -290,7 +284,7 @@ void tensorCoreF16MatchesF32(const BitIdentityCase& c, std::mt19937_64& rng, Rep
     Form forms[2];
     forms[1].dtype = gc::KvDtype::F16;
     for (Form& form : forms) {
-        const auto kBytes = encodeKvCache(form.dtype, keys), vBytes = encodeKvCache(form.dtype, values);
+        const auto kBytes = encodeKvCache(form.dtype, band.keys), vBytes = encodeKvCache(form.dtype, band.values);
         form.k = DeviceBuffer<std::uint8_t>(kBytes.size());
         form.v = DeviceBuffer<std::uint8_t>(vBytes.size());
         form.k.upload(kBytes);

@@ -207,12 +207,8 @@ void f16MatchesF32(std::mt19937_64& rng, Report& report) {
     constexpr std::int64_t capacity = 4096;
     const std::int64_t slotElems = static_cast<std::int64_t>(kvHeads) * headDim;
     // fp16 values in slots 0 .. start + rows − 1 (every row's band), NaN past them (never read).
-    std::vector<float> keys(static_cast<std::size_t>(capacity * slotElems), std::nanf("")), values(keys.size(), std::nanf(""));
+    const KvBand band = fp16KvBand(capacity, slotElems, 0, start + rows - 1, rng);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (std::size_t i = 0; i < static_cast<std::size_t>((start + rows) * slotElems); ++i) {
-        keys[i] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
-        values[i] = static_cast<float>(storedKvValue(gc::KvDtype::F16, u(rng)));
-    }
     const std::int64_t width = static_cast<std::int64_t>(qHeads) * headDim;
     std::vector<float> q(static_cast<std::size_t>(rows * width));
     for (auto& x : q) x = 0.25f * u(rng);
@@ -226,7 +222,7 @@ void f16MatchesF32(std::mt19937_64& rng, Report& report) {
     std::vector<float> outs[2];
     const gc::KvDtype dtypes[2] = {gc::KvDtype::F32, gc::KvDtype::F16};
     for (int i = 0; i < 2; ++i) {
-        const auto kBytes = encodeKvCache(dtypes[i], keys), vBytes = encodeKvCache(dtypes[i], values);
+        const auto kBytes = encodeKvCache(dtypes[i], band.keys), vBytes = encodeKvCache(dtypes[i], band.values);
         DeviceBuffer<std::uint8_t> dk(kBytes.size()), dv(vBytes.size());
         dk.upload(kBytes);
         dv.upload(vBytes);
