@@ -27,23 +27,7 @@ note "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
 note "$(bash scripts/gpu_parity.sh "$build" "$out")"
 
 # End-to-end decode on the GPU from a package made by gemma-quantize, then under the sanitizers.
-pkg=/tmp/e2e.gemma
-"$build/app/cli/gemma-quantize" tests/data/goldens/e2b_like/hf -o "$pkg" --quiet
-ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('tests/data/goldens/e2b_like/golden_fp4.json'))['prompt_ids'])))")
-"$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" --max-new-tokens 16 --greedy --ignore-eos --print-ids \
-  > "$out/e2e.log" 2>&1
-note "gemma-cli --device cuda: exit $? ($(tail -1 "$out/e2e.log"))"
-# Both prefill paths: the default GEMM prefill (cuBLASLt) and the matvec prefill.
-for tool in memcheck initcheck racecheck; do
-  for prefill in gemm matvec; do
-    flag=""; [[ $prefill == matvec ]] && flag="--no-gemm-prefill"
-    # racecheck cannot see the bulk copies' mbarrier completion (tests/kernels/HarnessCommon.h)
-    [[ $tool == racecheck ]] && flag="$flag --thread-copies"
-    compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 "$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" \
-      --max-new-tokens 4 --greedy --ignore-eos --quiet $flag > "$out/sanitizer-$tool-$prefill.log" 2>&1
-    note "sanitizer $tool (e2e, $prefill prefill): exit $? $(grep -E 'ERROR SUMMARY' "$out/sanitizer-$tool-$prefill.log" | tail -1)"
-  done
-done
+while read -r line; do note "${line#== }"; done < <(bash scripts/gpu_e2e_sanitize.sh "$build" "$out")
 
 if [[ "${GEMMA_KERNELS:-0}" == 1 && -x scripts/gpu_kernels.sh ]]; then
   OUT=$out/kernels bash scripts/gpu_kernels.sh > "$out/kernels.log" 2>&1
