@@ -25,6 +25,6 @@ for tool in memcheck initcheck racecheck; do
     [[ $tool == racecheck ]] && flags+=(--thread-copies)
     compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 "$build/app/cli/gemma-cli" --model "$pkg" --device cuda \
       --tokens "$ids" --max-new-tokens 4 --greedy --ignore-eos --quiet "${flags[@]}" > "$out/sanitizer-$tool-$prefill.log" 2>&1
-    echo "== sanitizer $tool (e2e, $prefill prefill${*:+, $*}): exit $? $(grep -E 'ERROR SUMMARY' "$out/sanitizer-$tool-$prefill.log" | tail -1)"
+    echo "== sanitizer $tool (e2e, $prefill prefill${*:+, $*}): exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool-$prefill.log" | tail -1)"
   done
 done

@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
          {"skip", true, "comma-separated parts to skip: sweep,depth,prefill,kernels", "PARTS"},
          {"json", true, "write the full results as JSON", "FILE"},
          {"markdown", true, "also write the markdown tables to a file", "FILE"},
-         {"kv-cache", true, "GPU KV-cache element type: full-f16 (default: f16 on full-attention layers, f32 on sliding ones), f32, f16 or bf16", "TYPE"},
+         {"kv-cache", true, "GPU KV-cache element type: f16 (default: every layer in fp16), full-f16 (fp16 on full-attention layers, f32 on sliding ones), f32 or bf16", "TYPE"},
          {"no-graph", false, "launch every decode kernel directly instead of replaying the step as one CUDA graph"},
          {"no-gemm-prefill", false, "prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"no-pdl", false, "launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
          {"dump-logits", true, "write float32 logits of every prompt position and generated token", "FILE"},
          {"device", true, "cpu, cuda or auto (default auto)", "DEVICE"},
          {"context", true, "KV-cache allocation in positions (default 4096)", "N"},
-         {"kv-cache", true, "GPU KV-cache element type: full-f16 (default: f16 on full-attention layers, f32 on sliding ones), f32, f16 or bf16", "TYPE"},
+         {"kv-cache", true, "GPU KV-cache element type: f16 (default: every layer in fp16), full-f16 (fp16 on full-attention layers, f32 on sliding ones), f32 or bf16", "TYPE"},
          {"no-gemm-prefill", false, "GPU: prefill with the FP4 matvec kernels instead of cuBLASLt GEMMs"},
          {"no-pdl", false, "GPU: launch the decode kernels without programmatic dependent launch (on by default on sm_90+)"},
          {"fp16-matvec", false, "GPU: FP4 matvecs take x as fp16 hi + lo instead of integers (the earlier form)"},

@@ -1807,7 +1807,7 @@ private:
     const Package& package_;
     const ModelConfig& config_;
     const ModelWeights& weights_;
-    KvCacheType kvCacheType_ = KvCacheType::FullF16;
+    KvCacheType kvCacheType_ = KvCacheType::F16;
     std::string deviceName_;
     cudaStream_t stream_ = nullptr;
     DeviceBuffer weightsOnDevice_, frequencyTable_;

@@ -102,5 +102,5 @@ TEST(GemmaCli, BadInputExitsNonZeroWithAMessage) {
     r = run("--help");
     EXPECT_EQ(r.exitCode, 0);
     EXPECT_NE(r.output.find("--dump-logits"), std::string::npos);
-    EXPECT_NE(r.output.find("full-f16 (default"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("f16 (default: every layer in fp16)"), std::string::npos) << r.output;
 }

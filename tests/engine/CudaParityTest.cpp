@@ -296,7 +296,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     EXPECT_EQ(backendLine(separatePieces).find("norm + RoPE inside"), std::string::npos) << "off with the option";
     const Generation shipped = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::Bf16);
     compareLogitsOnly(shipped, cpu.logits, vocab, GetParam() + " gpu(bf16 kv) vs cpu", 1e-1);
-    // The default cache (KvCacheType::FullF16): the full layers' K and V in fp16, which the
+    // KvCacheType::FullF16: the full layers' K and V in fp16, which the
     // tensor-core pieces and the prefill's flash attention round them to anyway, so the runs
     // that use only those on full layers give `exact`'s bits (the largest difference is printed:
     // where a full layer's decode takes an fp32 form instead, K and V differ by their fp16
@@ -305,7 +305,7 @@ TEST_P(CudaParity, MatchesCpuBackendAndTransformersOnFp4Package) {
     compare(fullF16, cpu.logits, cpu.tokens, vocab, prompt.size(), GetParam() + " gpu(full-f16 kv) vs cpu", 2e-2);
     std::printf("[ gpu    ] %-24s max|Δ| against the f32-cache run = %.3g\n", (GetParam() + " full-f16 kv").c_str(),
                 largestDifference(fullF16, exact));
-    // Every layer's cache in fp16 (KvCacheType::F16): the sliding layers' fp32 attention then
+    // The default cache, every layer's in fp16 (KvCacheType::F16): the sliding layers' fp32 attention then
     // reads K and V rounded to 2^-11 relative (bf16: 2^-8), as the GEMM prefill's flash attention
     // reads every layer's. Held to the tensor-core tolerance, tokens included.
     const Generation allF16 = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, count, gemma::KvCacheType::F16);

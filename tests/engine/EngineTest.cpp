@@ -286,8 +286,8 @@ TEST(MemoryEstimate, FollowsThePackageAndTheCacheType) {
     EXPECT_EQ(bf16->kvCacheBytes, expectedKv(1024, gpu.gemmPrefillChunk, 2));
     EXPECT_EQ(2 * bf16->kvCacheBytes, f32->kvCacheBytes);
     EXPECT_EQ(bf16->workspaceBytes, f32->workspaceBytes);
-    gpu.kvCache = gemma::OpenOptions{}.kvCache;  // the default: fp16 in the full layers, f32 in the sliding ones
-    ASSERT_EQ(gpu.kvCache, gemma::KvCacheType::FullF16);
+    ASSERT_EQ(gemma::OpenOptions{}.kvCache, gemma::KvCacheType::F16);  // the default: every layer in fp16
+    gpu.kvCache = gemma::KvCacheType::FullF16;  // fp16 in the full layers, f32 in the sliding ones
     const auto fullF16 = gemma::Engine::estimateMemory(path, gpu);
     ASSERT_TRUE(fullF16);
     EXPECT_EQ(fullF16->kvCacheBytes, expectedKv(1024, gpu.gemmPrefillChunk, 4, 2));
