@@ -18,7 +18,9 @@ on their kernel names (difflib): the positions are the reference's launches that
 and a launch no other run matches is charged to the next aligned launch of its own run (its
 marginal; the step's trailing unmatched launches to a last "(unmatched tail)" position), so the
 marginals still add up to each run's span and a position compares the same stretch of work.
-The unmatched launches are listed per run. Exit status 1 when an argument is not LABEL=CSV or a
+The unmatched launches are listed per run. --fold REGEX replaces every match of REGEX in a kernel's
+name with "*" before anything else, so that instances that differ only there (a cache type's
+template argument, say) count as one kernel. Exit status 1 when an argument is not LABEL=CSV or a
 file cannot be read.
 """
 import argparse
@@ -53,12 +55,16 @@ def main():
     parser.add_argument("--each", metavar="REGEX",
                         help="also list every aligned position whose kernel matches REGEX, in step order, with each "
                              "label's marginal (e.g. 'MmaKernel<true' for the GeGLU of every layer)")
+    parser.add_argument("--fold", metavar="REGEX",
+                        help="replace REGEX's matches in kernel names with '*' (e.g. '__half|float' to compare the "
+                             "same kernel over KV-cache types)")
     parser.add_argument("runs", nargs="+", metavar="LABEL=CSV")
     args = parser.parse_args()
     try:
         each = re.compile(args.each) if args.each else None
+        fold = re.compile(args.fold) if args.fold else None
     except re.error as error:
-        print(f"compare_step_timelines: --each: {error}", file=sys.stderr)
+        print(f"compare_step_timelines: --each or --fold: {error}", file=sys.stderr)
         return 1
     by_label = OrderedDict()
     for run in args.runs:
@@ -67,7 +73,10 @@ def main():
             print(f"compare_step_timelines: '{run}' is not LABEL=CSV", file=sys.stderr)
             return 1
         try:
-            by_label.setdefault(label, []).append(measures(read(path)))
+            rows = measures(read(path))
+            if fold:
+                rows = [(fold.sub("*", kernel), duration, marginal) for kernel, duration, marginal in rows]
+            by_label.setdefault(label, []).append(rows)
         except (OSError, ValueError, KeyError) as error:
             print(f"compare_step_timelines: {error}", file=sys.stderr)
             return 1

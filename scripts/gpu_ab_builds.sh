@@ -37,7 +37,8 @@
 #                    the first tree as reference, into ab.txt (the CSVs into $OUT/timelines;
 #                    GEMMA_AB_STEP_TOP: how many moved positions it lists, default 10;
 #                    GEMMA_AB_STEP_EACH: a kernel-name regex whose every position it lists, e.g.
-#                    'MmaKernel<true' for each layer's GeGLU)
+#                    'MmaKernel<true' for each layer's GeGLU; GEMMA_AB_STEP_FOLD: a regex whose matches
+#                    in kernel names are ignored, e.g. '__half|float' to match one kernel over cache types)
 # Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries, the
 # SASS hot paths and the phases where asked, then per run the bench markdown.
 set -uo pipefail
@@ -153,6 +154,7 @@ done
 if [ ${#stepRuns[@]} -gt 0 ]; then
   { echo "=== step timelines (scripts/compare_step_timelines.py)"
     python3 scripts/compare_step_timelines.py --top "${GEMMA_AB_STEP_TOP:-10}" ${GEMMA_AB_STEP_EACH:+--each "$GEMMA_AB_STEP_EACH"} \
+      ${GEMMA_AB_STEP_FOLD:+--fold "$GEMMA_AB_STEP_FOLD"} \
       "${stepRuns[@]}" 2>&1; } >> "$out/ab.txt"
   mkdir -p "$out/timelines" && cp "$stepDir"/*.csv "$out/timelines/"
 fi
