@@ -53,10 +53,6 @@
 // and the issuing warp waits on that before refilling the slot, `stages` phases ahead as above.
 // Keys past the last live key are not copied; their fp16 halves are written as zeros (the bits a
 // zero-filled chunk converts to), so both forms give the same bits.
-// Direct slots (the bulk form over an fp16 cache): the cache's rows are already the fp16 the mma
-// reads, so each row is copied into a padded row of the slot and read there; the slot is
-// refilled after the barrier that follows its last read ((C) for K, the next (A) for V) instead
-// of after a conversion, and the K/V tiles are not used.
 //
 // ---- Which slots are read ----------------------------------------------------------------------
 // A block loads the key range [min band start, max position] over its rows (the hull). For
@@ -164,17 +160,10 @@ struct Shape {
     static_assert((kKeys * D * 2 / 16) % kThreads == 0, "bf16 chunks split evenly over threads");
 };
 
-// The direct form (bulk copies of an fp16 cache): the ring's slots are the tiles the mma reads,
-// rows padded as the K/V tiles ("Direct slots" below); otherwise raw rows of the cache's dtype.
-template <typename KvT, bool kBulk>
-constexpr bool kDirectSlots = kBulk && std::is_same_v<KvT, __half>;
-template <int D, typename KvT, bool kBulk>
-constexpr int ringSlotBytes() {
-    return kDirectSlots<KvT, kBulk> ? Shape<D>::kKeys * Shape<D>::kPitch * 2 : Shape<D>::kKeys * D * static_cast<int>(sizeof(KvT));
-}
-template <int D, typename KvT, bool kBulk>
+template <int D, typename KvT>
 constexpr std::size_t sharedBytes(int stages) {
-    return static_cast<std::size_t>(Shape<D>::kRawOffset) + static_cast<std::size_t>(stages) * ringSlotBytes<D, KvT, kBulk>();
+    return static_cast<std::size_t>(Shape<D>::kRawOffset) +
+           static_cast<std::size_t>(stages) * Shape<D>::kKeys * D * sizeof(KvT);
 }
 
 // ---- device helpers ------------------------------------------------------------------------------
@@ -286,8 +275,7 @@ __device__ __forceinline__ void bandPiece(const AttentionPrefillParams& p, int p
 
 // ---- kernel ----------------------------------------------------------------------------------------
 // cap32 = min(capacity, INT_MAX) (positions are int, so the slot arithmetic fits 32 bits);
-// stages = raw ring depth (1..kMaxStages; at least 2 with direct slots), shared memory =
-// sharedBytes<D, KvT, kBulk>(stages).
+// stages = raw ring depth (1..kMaxStages), shared memory = sharedBytes<D, KvT>(stages).
 // kFusedNormRope: p.fuseNormRope (validated: one row), "Fused norm + RoPE" above.
 // kBulk: the raw ring filled by bulk copies (sm_90+, "K/V staging" above); the launcher picks it
 // only on such devices (compiled for an older target, the instance is the cp.async form).
@@ -309,11 +297,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     constexpr int kChunksPerKey = kRowBytes / 16;
     constexpr int kChunksPerThread = BN * kChunksPerKey / NT;
     constexpr int kHalvesPerChunk = 16 / static_cast<int>(sizeof(KvT));
-    constexpr int kPhaseBytes = BN * kRowBytes;  // one phase's live bytes
-    // Direct slots (sm_90 bulk copies of an fp16 cache): the copies land in padded rows that the
-    // mma reads in place, with no conversion pass ("Direct slots" below).
-    constexpr bool kDirect = kBulkCopies && std::is_same_v<KvT, __half>;
-    constexpr int kSlotBytes = kDirect ? BN * kPitch * 2 : kPhaseBytes;
+    constexpr int kPhaseBytes = BN * kRowBytes;
     constexpr int kKeyTiles8 = BN / 8;   // n-tiles of S
     constexpr int kKeySteps = BN / 16;   // k-steps of P·V
     constexpr int kDimSteps = DW / 16;   // k-steps of q·Kᵀ
@@ -503,19 +487,14 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         if constexpr (kBulkCopies) {
             if (phase < 2 * nTiles && warp == kIssuer) {
                 const unsigned char* src = (phase & 1) ? vSrc : kSrc;
-                unsigned char* dst = raw + slot * kSlotBytes;
+                unsigned char* dst = raw + slot * kPhaseBytes;
                 const int first = kLo + (phase >> 1) * BN;
                 const int rows = min(BN, kHi - first + 1);
                 std::uint64_t* bar = slotBars + slot;
                 fenceProxyAsyncShared();  // the block's reads of this slot (before the last barrier) first
                 if (lane == 0) expectBytes(bar, static_cast<unsigned>(rows * kRowBytes));
                 __syncwarp();
-                if constexpr (kDirect) {
-                    // One copy per key row, into the slot's padded rows (kPitch halves apart).
-                    for (int row = lane; row < rows; row += 32)
-                        bulkCopy(dst + row * kPitch * 2, src + static_cast<long long>((first + row) % cap32) * slotBytes,
-                                 static_cast<unsigned>(kRowBytes), bar);
-                } else if (slotBytes == kRowBytes) {
+                if (slotBytes == kRowBytes) {
                     if (lane == 0) {
                         int done = 0, ring = first % cap32;
                         while (done < rows) {
@@ -536,7 +515,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
         }
         if (phase < 2 * nTiles) {
             const unsigned char* src = (phase & 1) ? vSrc : kSrc;
-            unsigned char* dst = raw + slot * kSlotBytes;
+            unsigned char* dst = raw + slot * kPhaseBytes;
             const int first = kLo + (phase >> 1) * BN + keyBase;
             int ring = first % cap32;
 #pragma unroll
@@ -555,7 +534,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     // written as zeros, the bits the cp.async form's zero-filled chunks convert to.
     auto convert = [&](int phase, int slot) {
         if (phase >= 2 * nTiles) return;
-        const unsigned char* src = raw + slot * kSlotBytes + tid * 16;
+        const unsigned char* src = raw + slot * kPhaseBytes + tid * 16;
         __half* dst = ((phase & 1) ? vTile : kTile) + keyBase * kPitch + chunk * kHalvesPerChunk;
         [[maybe_unused]] const int firstKey = kLo + (phase >> 1) * BN + keyBase;
 #pragma unroll
@@ -593,34 +572,8 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     // (keys 0-7 | dims 8-15), (keys 8-15 | dims 0-7), (keys 8-15 | dims 8-15) → b0, b1 of key
     // n-tile 0, then of n-tile 1. V (B of P·V, transposed): (keys 0-7 | dims 0-7), (keys 8-15 |
     // dims 0-7), (keys 0-7 | dims 8-15), (keys 8-15 | dims 8-15) → b0, b1 of dim n-tile 0, then 1.
-    const int kFragOffset = ((lane & 7) + ((lane >> 4) & 1) * 8) * kPitch + dBase + ((lane >> 3) & 1) * 8;
-    const int vFragOffset = ((lane & 7) + ((lane >> 3) & 1) * 8) * kPitch + dBase + ((lane >> 4) & 1) * 8;
-    const __half* kFrag = kTile + kFragOffset;
-    const __half* vFrag = vTile + vFragOffset;
-
-    // ---- Direct slots (kDirect) ----------------------------------------------------------------------
-    // An fp16 cache's rows are what the mma reads, so the bulk copies land in padded rows (kPitch
-    // halves) of the ring's slots and the fragments are read there: no conversion pass and no K/V
-    // tile. A slot is refilled once every warp has read it, which the block barriers already say:
-    // K(t)'s after (C) (the scores of t are done), V(t)'s after the next (A) (P·V of t is done),
-    // `stages` phases ahead as before; the empty mbarriers are not used. Rows past the last live
-    // key are not copied; they are zeroed here (the bits the other forms' zero-filled chunks give),
-    // so a slot never feeds stale or uninitialised rows to the mma.
-    // `landed`: phase's slot once its copy has completed (every thread waits on the full barrier).
-    [[maybe_unused]] auto landed = [&](int phase) {
-        const int s = phase % stages;
-        waitParity(slotBars + s, static_cast<unsigned>((phase / stages) & 1));
-        unsigned char* tile = raw + s * kSlotBytes;
-        const int liveRows = kHi - (kLo + (phase >> 1) * BN) + 1;  // < BN in the last tile only
-        if (liveRows < BN) {
-            constexpr int kChunksPerRow = kRowBytes / 16;
-            for (int i = tid; i < (BN - liveRows) * kChunksPerRow; i += NT)
-                *reinterpret_cast<uint4*>(tile + (liveRows + i / kChunksPerRow) * kPitch * 2 + (i % kChunksPerRow) * 16) =
-                    make_uint4(0u, 0u, 0u, 0u);
-            fenceProxyAsyncShared();  // these stores before a later refill's copies (async proxy)
-        }
-        return reinterpret_cast<const __half*>(tile);
-    };
+    const __half* kFrag = kTile + ((lane & 7) + ((lane >> 4) & 1) * 8) * kPitch + dBase + ((lane >> 3) & 1) * 8;
+    const __half* vFrag = vTile + ((lane & 7) + ((lane >> 3) & 1) * 8) * kPitch + dBase + ((lane >> 4) & 1) * 8;
 
     if (nTiles > 0) {
         for (int s = 0; s < stages; ++s) issue(s, s);
@@ -638,16 +591,11 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
             __syncthreads();  // every warp holds its q: the first K tile may overwrite the staged heads
         }
         GEMMA_PHASE_MARK(3);  // the first phases issued
-        if constexpr (!kDirect) step(0);  // K tile 0
+        step(0);  // K tile 0
         for (int t = 0; t < nTiles; ++t) {
-            if constexpr (kDirect) kFrag = landed(2 * t) + kFragOffset;
             __syncthreads();  // (A) K(t) visible; P·V(t−1) done everywhere → V tile free
             GEMMA_PHASE_MARK(4);  // K tile t arrived (and P·V of t − 1 finished everywhere)
-            if constexpr (kDirect) {
-                if (t > 0) issue(2 * t - 1 + stages, (2 * t - 1) % stages);  // V(t − 1)'s slot, read by now
-            } else {
-                step(2 * t + 1);  // V(t)
-            }
+            step(2 * t + 1);  // V(t)
             const int first = kLo + t * BN;
             // Warp-uniform (and uniform over the WD warps of a row group: same rows).
             const bool live = first <= hullHi && first + BN - 1 >= hullLo;
@@ -762,11 +710,9 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
                 // emulation with exact happens-before tracking found no race either way).
                 rowGroupBarrier<WD * 32>(wm);
             }
-            if constexpr (kDirect) vFrag = landed(2 * t + 1) + vFragOffset;
             __syncthreads();      // (C) V(t) visible; S(t) done everywhere → K tile free
             GEMMA_PHASE_MARK(5);  // scores and softmax of tile t, V tile t arrived
-            if constexpr (kDirect) issue(2 * t + stages, (2 * t) % stages);  // K(t)'s slot, read by now
-            else step(2 * t + 2);  // K(t+1)
+            step(2 * t + 2);      // K(t+1)
             if (live) {
 #pragma unroll
                 for (int kk = 0; kk < kKeySteps; ++kk)
@@ -858,10 +804,8 @@ KernelStatus planFor(const DeviceFacts& facts, Plan& out) {
         (void)cudaGetLastError();
     Plan best;
     int bestScore = 0;
-    // Direct slots need two: with one, V(t) would wait for the slot K(t) holds until after the
-    // barrier that follows the wait (a deadlock), since their slots are refilled only after reads.
-    for (int stages = kDirectSlots<KvT, kBulk> ? 2 : 1; stages <= kMaxStages; ++stages) {
-        const std::size_t smem = sharedBytes<D, KvT, kBulk>(stages);
+    for (int stages = 1; stages <= kMaxStages; ++stages) {
+        const std::size_t smem = sharedBytes<D, KvT>(stages);
         if (smem > static_cast<std::size_t>(facts.maxSharedPerBlockOptin)) break;
         int blocks = 0;
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape<D>::kThreads, smem) !=
