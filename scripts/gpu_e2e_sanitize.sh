@@ -16,7 +16,7 @@ pkg=/tmp/e2e.gemma
 ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('tests/data/goldens/e2b_like/golden_fp4.json'))['prompt_ids'])))")
 "$build/app/cli/gemma-cli" --model "$pkg" --device cuda --tokens "$ids" --max-new-tokens 16 --greedy --ignore-eos --print-ids "$@" \
   > "$out/e2e.log" 2>&1
-echo "== gemma-cli --device cuda $*: exit $? ($(tail -1 "$out/e2e.log"))"
+echo "== gemma-cli --device cuda${*:+ $*}: exit $? ($(tail -1 "$out/e2e.log"))"
 for tool in memcheck initcheck racecheck; do
   for prefill in gemm matvec; do
     flags=("$@")

@@ -287,6 +287,10 @@ TEST(MemoryEstimate, FollowsThePackageAndTheCacheType) {
     EXPECT_EQ(2 * bf16->kvCacheBytes, f32->kvCacheBytes);
     EXPECT_EQ(bf16->workspaceBytes, f32->workspaceBytes);
     ASSERT_EQ(gemma::OpenOptions{}.kvCache, gemma::KvCacheType::F16);  // the default: every layer in fp16
+    gpu.kvCache = gemma::OpenOptions{}.kvCache;
+    const auto defaults = gemma::Engine::estimateMemory(path, gpu);
+    ASSERT_TRUE(defaults);
+    EXPECT_EQ(defaults->kvCacheBytes, bf16->kvCacheBytes);  // two bytes a value in every layer, as bf16
     gpu.kvCache = gemma::KvCacheType::FullF16;  // fp16 in the full layers, f32 in the sliding ones
     const auto fullF16 = gemma::Engine::estimateMemory(path, gpu);
     ASSERT_TRUE(fullF16);
