@@ -317,13 +317,17 @@ public:
     }
     int contextAllocation() const override { return allocation_; }
     KvCacheType kvCacheType() const override { return kvCacheType_; }
-    // The element type of layer l's cache (a shared layer's: its source's).
+    // The element type of layer l's cache (a shared layer's: its source's); its size is
+    // kvCacheElementBytes(kvCacheType_, sliding), which the memory estimate counts.
     kc::KvDtype kvDtypeOf(int l) const {
-        const auto& source = config_.layers[config_.layers[l].kvSourceLayer];
-        switch (kvCacheElementBytes(kvCacheType_, source.type == LayerType::Sliding)) {
-            case 4: return kc::KvDtype::F32;
-            default: return kvCacheType_ == KvCacheType::Bf16 ? kc::KvDtype::BF16 : kc::KvDtype::F16;
+        switch (kvCacheType_) {
+            case KvCacheType::F32: return kc::KvDtype::F32;
+            case KvCacheType::Bf16: return kc::KvDtype::BF16;
+            case KvCacheType::FullF16:
+                return config_.layers[config_.layers[l].kvSourceLayer].type == LayerType::Sliding ? kc::KvDtype::F32 : kc::KvDtype::F16;
+            case KvCacheType::F16: break;
         }
+        return kc::KvDtype::F16;
     }
 
     Expected<double> measureReadBandwidth() override {

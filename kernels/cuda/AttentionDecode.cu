@@ -1012,11 +1012,7 @@ cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int dev
 template <typename F>
 auto withInstance(const AttentionDecodeParams& p, F&& f) {
     const auto forDim = [&]<int D>() {
-        switch (p.kvDtype) {
-            case KvDtype::BF16: return f.template operator()<D, std::uint16_t>();
-            case KvDtype::F16: return f.template operator()<D, __half>();
-            default: return f.template operator()<D, float>();
-        }
+        return withKvStorage(p.kvDtype, [&]<typename KvT>() { return f.template operator()<D, KvT>(); });
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();

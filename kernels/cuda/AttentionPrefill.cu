@@ -853,11 +853,7 @@ KernelStatus dispatch(const AttentionPrefillParams& p, bool bulk, F&& f) {
         return bulk ? f.template operator()<D, KvT, false, true>() : f.template operator()<D, KvT, false, false>();
     };
     const auto forDim = [&]<int D>() {
-        switch (p.kvDtype) {
-            case KvDtype::BF16: return forFusion.template operator()<D, std::uint16_t>();
-            case KvDtype::F16: return forFusion.template operator()<D, __half>();
-            default: return forFusion.template operator()<D, float>();
-        }
+        return withKvStorage(p.kvDtype, [&]<typename KvT>() { return forFusion.template operator()<D, KvT>(); });
     };
     switch (p.headDim) {
         case 32: return forDim.template operator()<32>();

@@ -15,6 +15,7 @@
 #include <kernels/WeightFormats.h>
 
 #include "KernelStatus.h"
+#include "KvCache.h"
 
 namespace gemma::cuda {
 
@@ -244,6 +245,17 @@ template <typename KvT>
 __device__ __forceinline__ KvT floatToKv(float v) {
     if constexpr (std::is_same_v<KvT, __half>) return __float2half_rn(v);
     else return formats::floatToBf16(v);
+}
+// Host: calls f.template operator()<KvT>() with the storage type of `dtype` (float, std::uint16_t
+// for BF16 bits, __half), so that every kernel templated on the cache type picks it in one place.
+template <typename F>
+decltype(auto) withKvStorage(KvDtype dtype, F&& f) {
+    switch (dtype) {
+        case KvDtype::BF16: return f.template operator()<std::uint16_t>();
+        case KvDtype::F16: return f.template operator()<__half>();
+        case KvDtype::F32: break;
+    }
+    return f.template operator()<float>();
 }
 
 // ---- device: cp.async (sm_80+) -----------------------------------------------------------------

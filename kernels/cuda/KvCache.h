@@ -4,8 +4,9 @@
 // position p in slot p % capacity. F32 matches the CPU backend exactly. F16 (round to nearest
 // even) holds exactly what the tensor-core attention reads, since it rounds K and V to fp16 when
 // it stages them: a full layer's cache in F16 gives those kernels the same bits for half the
-// bytes (the engine's default, gemma::KvCacheType::FullF16). BF16 halves the bytes too but keeps
-// 8 significant bits (fp16 11).
+// bytes; the engine's default (gemma::KvCacheType::F16) stores every layer in F16, the sliding
+// layers' fp32 attention reading it to 2^-11 relative. BF16 halves the bytes too but keeps 8
+// significant bits (fp16 11).
 #pragma once
 
 #include <cstddef>
