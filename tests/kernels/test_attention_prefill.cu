@@ -71,6 +71,30 @@ struct Timing {
     gc::KvDtype dtype = gc::KvDtype::BF16;
 };
 
+// The launch fields every case sets: `rows` query rows of `qHeads` heads at `qStride` floats
+// (the output at the same stride) over one layer's K and V cache; window and scale stay at their
+// defaults, staging is the device's default.
+gc::AttentionPrefillParams bandParams(const float* q, std::int64_t qStride, const void* kCache, const void* vCache,
+                                      gc::KvDtype dtype, std::int64_t capacity, int qHeads, int kvHeads, int headDim,
+                                      const int* positions, int rows, float* out) {
+    gc::AttentionPrefillParams p;
+    p.bulkCopies = bulkCopiesByDefault();
+    p.q = q;
+    p.qStride = qStride;
+    p.kCache = kCache;
+    p.vCache = vCache;
+    p.kvDtype = dtype;
+    p.capacity = capacity;
+    p.qHeads = qHeads;
+    p.kvHeads = kvHeads;
+    p.headDim = headDim;
+    p.positions = positions;
+    p.rows = rows;
+    p.out = out;
+    p.outStride = qStride;
+    return p;
+}
+
 bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vector<Timing>& timings) {
     const int d = f.headDim, rows = f.rows;
     const std::int64_t last = static_cast<std::int64_t>(f.start) + rows - 1;
@@ -111,23 +135,10 @@ bool runFixture(const Fixture& f, std::mt19937_64& rng, Report& report, std::vec
     DeviceBuffer<int> dpos(rows);
     dpos.upload(positions);
 
-    gc::AttentionPrefillParams p;
-    p.bulkCopies = bulkCopiesByDefault();
-    p.q = dq.ptr;
-    p.qStride = stride;
-    p.kCache = dk.ptr;
-    p.vCache = dv.ptr;
-    p.kvDtype = f.dtype;
-    p.capacity = f.capacity;
-    p.qHeads = f.qHeads;
-    p.kvHeads = f.kvHeads;
-    p.headDim = d;
-    p.positions = dpos.ptr;
-    p.rows = rows;
+    gc::AttentionPrefillParams p = bandParams(dq.ptr, stride, dk.ptr, dv.ptr, f.dtype, f.capacity, f.qHeads, f.kvHeads, d,
+                                              dpos.ptr, rows, dout.ptr);
     p.window = f.window;
     p.scale = f.scale;
-    p.out = dout.ptr;
-    p.outStride = stride;
     gc::AttentionPrefillPlan plan;
     HCHECK_STATUS(gc::attentionPrefillPlan(p, plan));
     dout.poison();
@@ -226,21 +237,8 @@ void f16MatchesF32(std::mt19937_64& rng, Report& report) {
         DeviceBuffer<std::uint8_t> dk(kBytes.size()), dv(vBytes.size());
         dk.upload(kBytes);
         dv.upload(vBytes);
-        gc::AttentionPrefillParams p;
-        p.bulkCopies = bulkCopiesByDefault();
-        p.q = dq.ptr;
-        p.qStride = width;
-        p.kCache = dk.ptr;
-        p.vCache = dv.ptr;
-        p.kvDtype = dtypes[i];
-        p.capacity = capacity;
-        p.qHeads = qHeads;
-        p.kvHeads = kvHeads;
-        p.headDim = headDim;
-        p.positions = dpos.ptr;
-        p.rows = rows;
-        p.out = dout.ptr;
-        p.outStride = width;
+        const gc::AttentionPrefillParams p =
+            bandParams(dq.ptr, width, dk.ptr, dv.ptr, dtypes[i], capacity, qHeads, kvHeads, headDim, dpos.ptr, rows, dout.ptr);
         dout.poison();
         HCHECK_STATUS(gc::launchAttentionPrefill(p, nullptr));
         HCHECK(cudaDeviceSynchronize());
@@ -255,23 +253,8 @@ void argumentChecks(Report& report) {
     DeviceBuffer<float> q(4096), out(4096);
     DeviceBuffer<std::uint8_t> cache(1 << 16);
     DeviceBuffer<int> pos(4);
-    auto base = [&] {
-        gc::AttentionPrefillParams p;
-        p.q = q.ptr;
-        p.qStride = 256;
-        p.kCache = cache.ptr;
-        p.vCache = cache.ptr;
-        p.kvDtype = gc::KvDtype::BF16;
-        p.capacity = 16;
-        p.qHeads = 4;
-        p.kvHeads = 2;
-        p.headDim = 64;
-        p.positions = pos.ptr;
-        p.rows = 4;
-        p.out = out.ptr;
-        p.outStride = 256;
-        return p;
-    };
+    // A valid request (4 rows of 4 heads of d 64 over a bf16 cache) that each case breaks once.
+    auto base = [&] { return bandParams(q.ptr, 256, cache.ptr, cache.ptr, gc::KvDtype::BF16, 16, 4, 2, 64, pos.ptr, 4, out.ptr); };
     struct Case {
         const char* name;
         gc::KernelStatus expect;
