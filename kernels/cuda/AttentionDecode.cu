@@ -617,11 +617,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // Before the loop: the first chunk (before the wait with prefetchBand); row r holds key bs + r.
     const int firstCount = hasKeys ? static_cast<int>(be - bs < KC ? be - bs : KC) : 0;
     if (hasKeys) issueChunk(bs, firstCount, p.prefetchBand);
-    // The rotation at the query's position, for its K and every query head: with prefetchBand,
-    // before the wait (the position is final then, as above), off the prologue's critical path.
-    const QkvNormRopeParams& r = p.normRope;
-    RopeRotation<kPairs> rotation;
-    if (p.fuseNormRope) rotation = ropeRotation<kPairs>(r.invFreq, r.rotatedPairs, static_cast<int>(current), D);
     // With prefetchBand, a KV-shared layer's current rows load after the wait, in a group of their
     // own committed after the first chunk's.
     if (p.prefetchBand) {
@@ -642,11 +637,12 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
 
     // Prologue, in parallel warps: this position's K (warp 0) and V (warp 1) when this block holds
     // it; the group's query heads (warps 2..) when the block has keys.
+    const QkvNormRopeParams& r = p.normRope;
     if (writesCurrent && warp < 2) {
         const bool key = warp == 0;
         const float* src = (key ? r.k : r.v) + static_cast<std::int64_t>(kvh) * D;
         float a[kPairs], b[kPairs];
-        headNormRope(src, key ? r.kNormWeight : nullptr, rotation, key, r.rotatedPairs, D, r.eps, a, b);
+        headNormRope(src, key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, key, static_cast<int>(current), D, r.eps, a, b);
         void* cache = key ? r.kCache : r.vCache;
         unsigned char* row = key ? curK : curV;
         const std::int64_t at = ((current % p.capacity) * p.kvHeads + kvh) * D;
@@ -661,7 +657,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         if (p.fuseNormRope) {
             for (int h = warp - 2; h >= 0 && h < g; h += kClusterWarps - 2) {
                 float a[kPairs], b[kPairs];
-                headNormRope(qGroup + h * D, r.qNormWeight, rotation, true, r.rotatedPairs, D, r.eps, a, b);
+                headNormRope(qGroup + h * D, r.qNormWeight, r.invFreq, r.rotatedPairs, true, static_cast<int>(current), D, r.eps, a, b);
                 storeHead(D, a, b, [&](int j, float v) { qs[h * D + j] = v; });
             }
         } else {

@@ -341,14 +341,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
             fenceBarrierInit();
         }
     }
-    // Fused (one decode row): the rotation at the query's position, once for its K and every query
-    // head of the tile, before the wait. The position is final before the step's first kernel starts
-    // (a host copy, or the previous step's argmax, which triggers no dependent early), never written
-    // by the kernel before.
-    constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
-    [[maybe_unused]] RopeRotation<kPairs> rotation;
-    if constexpr (kFusedNormRope) rotation = ropeRotation<kPairs>(p.normRope.invFreq, p.normRope.rotatedPairs, p.positions[0], D);
-    gridDependencyWait();  // q and the caches come from the kernels before (PDL)
+    gridDependencyWait();  // q, positions and the caches come from the kernels before (PDL)
     // No early trigger: the next kernel (a split launch's merge) launches as the blocks exit. The
     // merge's blocks, launched early, sat on SMs through the whole band walk, and every folded
     // GeGLU later in the step ran ~3.5 µs slower at depth 32768 (12b +3.5 % without it; tg
@@ -404,6 +397,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
     [[maybe_unused]] __half* const qStaged = kTile;  // the K/V tiles are first written after the fragments are read
     if constexpr (kFusedNormRope) {
         static_assert(Sh::kRows * kPitch * 2 <= Sh::kKvBytes, "the staged q fits the K/V tile area");
+        constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
         const QkvNormRopeParams& r = p.normRope;
         const int pos = p.positions[0];
         int pieceLo, pieceHi;
@@ -420,7 +414,7 @@ __global__ void __launch_bounds__(Shape<D>::kThreads, 1)
                 const float* src = query ? p.q + static_cast<long long>(kvh * G + mTile * Sh::kRows + head) * D
                                          : (key ? r.k : r.v) + static_cast<long long>(kvh) * D;
                 float a[kPairs], b[kPairs];
-                headNormRope(src, query ? r.qNormWeight : key ? r.kNormWeight : nullptr, rotation, query || key, r.rotatedPairs, D,
+                headNormRope(src, query ? r.qNormWeight : key ? r.kNormWeight : nullptr, r.invFreq, r.rotatedPairs, query || key, pos, D,
                              r.eps, a, b);
                 if (query) {
                     // The unfused kernel's packHalf2 of the same fp32 values: the same bits.

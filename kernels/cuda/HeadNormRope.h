@@ -16,49 +16,17 @@
 
 namespace gemma::cuda {
 
-// The rotation of one position as a lane holds it for headNormRope: for pair j = lane + 32t
-// (t < ceil(d/64), j < d/2), s[t] and c[t] are the sine and cosine of invFreq[j] · pos where
-// j < rotatedPairs (elsewhere 0 and 1, never used). It needs only the position and the constant
-// frequencies, so a kernel whose position is final before its dependency wait (written by an
-// earlier launch or a host copy, never by the kernel before) computes it there, off the
-// prologue's chain of latencies, and once for all the heads a warp rotates at that position.
+// y = rmsNorm(x over d dims) · weight (weight null: 1); then, when `rotate`, pairs
+// j < rotatedPairs turn by the angle invFreq[j] · pos. Lane l holds pairs j = l + 32t for
+// t < ceil(d/64) (lanes past d/2 hold nothing): a[t] = y[j], b[t] = y[j + d/2]. kPairs >= that
+// count. Every global read is issued before the reduction: the op is a chain of latencies.
 template <int kPairs>
-struct RopeRotation {
-    float s[kPairs];
-    float c[kPairs];
-};
-
-template <int kPairs>
-__device__ __forceinline__ RopeRotation<kPairs> ropeRotation(const float* invFreq, int rotatedPairs, int pos, int d) {
+__device__ __forceinline__ void headNormRope(const float* src, const float* weight, const float* invFreq, int rotatedPairs,
+                                             bool rotate, int pos, int d, float eps, float (&a)[kPairs], float (&b)[kPairs]) {
     const int lane = threadIdx.x & 31;
     const int half = d / 2;
     const int pairsPerLane = (half + 31) / 32;
-    RopeRotation<kPairs> rotation;
-#pragma unroll
-    for (int t = 0; t < kPairs; ++t) {
-        const int j = lane + 32 * t;
-        rotation.s[t] = 0.0f;
-        rotation.c[t] = 1.0f;
-        if (t < pairsPerLane && j < half && j < rotatedPairs) {
-            const float angle = invFreq[j] * static_cast<float>(pos);
-            sincosf(angle, &rotation.s[t], &rotation.c[t]);
-        }
-    }
-    return rotation;
-}
-
-// y = rmsNorm(x over d dims) · weight (weight null: 1); then, when `rotate`, pairs j < rotatedPairs
-// turn by `rotation`'s angles (ropeRotation of the position; not read otherwise). Lane l holds pairs
-// j = l + 32t for t < ceil(d/64) (lanes past d/2 hold nothing): a[t] = y[j], b[t] = y[j + d/2].
-// kPairs >= that count. Every global read is issued before the reduction: the op is a chain of
-// latencies.
-template <int kPairs>
-__device__ __forceinline__ void headNormRope(const float* src, const float* weight, const RopeRotation<kPairs>& rotation,
-                                             bool rotate, int rotatedPairs, int d, float eps, float (&a)[kPairs], float (&b)[kPairs]) {
-    const int lane = threadIdx.x & 31;
-    const int half = d / 2;
-    const int pairsPerLane = (half + 31) / 32;
-    float wa[kPairs], wb[kPairs];
+    float wa[kPairs], wb[kPairs], freq[kPairs];
     float ss = 0.0f;
 #pragma unroll
     for (int t = 0; t < kPairs; ++t) {
@@ -68,6 +36,7 @@ __device__ __forceinline__ void headNormRope(const float* src, const float* weig
             b[t] = src[j + half];
             wa[t] = weight ? weight[j] : 1.0f;
             wb[t] = weight ? weight[j + half] : 1.0f;
+            freq[t] = rotate && j < rotatedPairs ? invFreq[j] : 0.0f;
             ss = fmaf(a[t], a[t], ss);
             ss = fmaf(b[t], b[t], ss);
         }
@@ -81,7 +50,9 @@ __device__ __forceinline__ void headNormRope(const float* src, const float* weig
             float x0 = a[t] * inv * wa[t];
             float x1 = b[t] * inv * wb[t];
             if (rotate && j < rotatedPairs) {
-                const float s = rotation.s[t], c = rotation.c[t];
+                const float angle = freq[t] * static_cast<float>(pos);
+                float s, c;
+                sincosf(angle, &s, &c);
                 const float y0 = x0 * c - x1 * s;
                 const float y1 = x1 * c + x0 * s;
                 x0 = y0;
@@ -91,16 +62,6 @@ __device__ __forceinline__ void headNormRope(const float* src, const float* weig
             b[t] = x1;
         }
     }
-}
-
-// The same with the rotation at `pos` computed here (when `rotate`): for a kernel that reads its
-// position after the wait or rotates one head per position.
-template <int kPairs>
-__device__ __forceinline__ void headNormRope(const float* src, const float* weight, const float* invFreq, int rotatedPairs,
-                                             bool rotate, int pos, int d, float eps, float (&a)[kPairs], float (&b)[kPairs]) {
-    RopeRotation<kPairs> rotation;
-    if (rotate) rotation = ropeRotation<kPairs>(invFreq, rotatedPairs, pos, d);
-    headNormRope(src, weight, rotation, rotate, rotatedPairs, d, eps, a, b);
 }
 
 // Stores a head held as headNormRope leaves it: element j of the head at dst[j] through store(j, value).
