@@ -884,6 +884,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     }
     GEMMA_PHASE_MARK(1);  // the first items' weight loads issued
     gridDependencyWait();
+    // The next kernel may launch only once this one's blocks have all passed their wait, so a
+    // chain of matvecs does not fill the SMs with blocks that wait on a grid still waiting itself.
+    // Against the trigger before the first weight loads (H100, docs/PERFORMANCE.md version 42):
+    // 12b +0.3 % at a short context and at depth 32768, 31b +0.2 / +0.1 %, e4b +1.3 / +1.8 %.
+    allowDependentsToStart();
     GEMMA_PHASE_MARK(2);  // the dependency wait
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
@@ -901,10 +906,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
     __syncthreads();
-    // The next kernel may launch only once every block of this one has staged x (its folded norm
-    // included): later than after the wait (version 42 step 1), so that the next matvec's blocks,
-    // which prefetch weights and then wait, arrive as this one's weight stream is under way.
-    allowDependentsToStart();
     GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one); with marks 7-9: the barrier
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
