@@ -58,8 +58,6 @@
 // the +0 padding).
 #include "Fp4Matvec.h"
 
-#include <cstdlib>
-
 #include <kernels/Fp4Decode.h>
 #include <kernels/Fp4Tiled.h>
 #include <kernels/WeightFormats.h>
@@ -1117,28 +1115,7 @@ cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, con
     while (perSm > 1 && static_cast<std::size_t>(perSm) * (smem + kStaticReserve) > static_cast<std::size_t>(facts.maxSharedPerSm)) --perSm;
     const int resident = perSm * facts.smCount;
     const int rounds = (tiles + resident - 1) / resident;
-    int blocks = (tiles + rounds - 1) / rounds;
-    // Experiment (temporary switch, version 43): GEMMA_MATVEC_GRID=1 takes, from the grid above up
-    // to the resident count, the fewest blocks that lower the most tiles one SM runs when block b
-    // lands on SM b mod smCount; =2 runs the whole resident grid (uneven tiles per block).
-    static const int gridRule = [] {
-        const char* v = std::getenv("GEMMA_MATVEC_GRID");
-        return v ? std::atoi(v) : 0;
-    }();
-    if (gridRule == 2) {
-        blocks = tiles < resident ? tiles : resident;
-    } else if (gridRule == 1) {
-        // Block b runs (tiles - 1 - b) / G + 1 tiles, fewer as b grows, so with at most 2 blocks per
-        // SM the busiest SM is SM 0: blocks 0 and smCount.
-        const auto busiest = [&](int g) {
-            const auto share = [&](int b) { return b < g && b < tiles ? (tiles - 1 - b) / g + 1 : 0; };
-            return share(0) + share(facts.smCount);
-        };
-        int best = blocks;
-        for (int g = blocks + 1; g <= resident && g <= tiles; ++g)
-            if (busiest(g) < busiest(best)) best = g;
-        blocks = best;
-    }
+    const int blocks = (tiles + rounds - 1) / rounds;
     return launchKernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaThreads), smem, stream, programmatic, args, tiles);
 }
 
