@@ -22,13 +22,15 @@ constexpr int kBlocks = 2048;  // blocks of a grid that are timed (linear index)
 // Per block, summed over launches: SM cycles per mark since the previous mark (their sum is the
 // block's span in cycles); globaltimer nanoseconds from the start to the final mark (with the
 // cycles of the same span, this converts cycles to nanoseconds at the clock the SM actually ran);
-// the launches counted; the latest launch's start and end.
+// the launches counted; the latest launch's start, end and SM (%smid: where the block scheduler
+// placed the block, which no launch parameter decides).
 struct Clock {
     unsigned long long cycles[kBlocks][kMarks];
     unsigned long long spanNs[kBlocks];
     unsigned long long launches[kBlocks];
     unsigned long long lastStartNs[kBlocks];
     unsigned long long lastEndNs[kBlocks];
+    unsigned lastSm[kBlocks];
 };
 __device__ Clock gClock;
 
@@ -44,6 +46,11 @@ __device__ __forceinline__ unsigned long long globalNanoseconds() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+}
+__device__ __forceinline__ unsigned smId() {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
 }
 __device__ __forceinline__ bool timedThread() { return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0; }
 __device__ __forceinline__ unsigned timedBlock() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
@@ -77,6 +84,7 @@ __device__ __forceinline__ void mark(int index, State& s, bool final) {
         atomicAdd(&gClock.launches[b], 1ull);
         gClock.lastStartNs[b] = s.startNs;
         gClock.lastEndNs[b] = endNs;
+        gClock.lastSm[b] = smId();
     }
 }
 

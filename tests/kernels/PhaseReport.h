@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "HarnessCommon.h"
@@ -21,6 +22,66 @@ inline void phaseClockReset() {
     const auto zero = std::make_unique<gemma::cuda::phaseclock::Clock>();
     *zero = {};
     HCHECK(cudaMemcpyToSymbol(gemma::cuda::phaseclock::gClock, zero.get(), sizeof *zero));
+}
+
+// Where the block scheduler put the latest launch's blocks: how many SMs ran 1, 2, ... blocks, and
+// per group the mean and latest time (from the launch's first block start) at which an SM's last
+// block ended; then which blocks share an SM (a static split of tiles over blocks assumes block b
+// shares with b + SMs). Tells whether SMs with fewer blocks finish early (a balance
+// question) or whether the stream ends everywhere at once (docs/PERFORMANCE.md version 43 step 5).
+inline std::vector<std::string> placementReport(const gemma::cuda::phaseclock::Clock& clock, const std::vector<int>& blocks,
+                                                unsigned long long firstStart) {
+    std::vector<std::string> lines;
+    unsigned smCount = 0;
+    for (const int b : blocks) smCount = std::max(smCount, clock.lastSm[b] + 1);
+    std::vector<int> perSm(smCount, 0);
+    std::vector<unsigned long long> smEnd(smCount, 0);
+    for (const int b : blocks) {
+        const unsigned sm = clock.lastSm[b];
+        ++perSm[sm];
+        smEnd[sm] = std::max(smEnd[sm], clock.lastEndNs[b] - firstStart);
+    }
+    int mostPerSm = 0;
+    for (const int n : perSm) mostPerSm = std::max(mostPerSm, n);
+    char line[240];
+    for (int n = 1; n <= mostPerSm; ++n) {
+        int sms = 0;
+        double sum = 0;
+        unsigned long long latest = 0;
+        for (unsigned sm = 0; sm < smCount; ++sm)
+            if (perSm[sm] == n) {
+                ++sms;
+                sum += static_cast<double>(smEnd[sm]);
+                latest = std::max(latest, smEnd[sm]);
+            }
+        if (sms == 0) continue;
+        std::snprintf(line, sizeof line, "  placement: %3d SMs ran %d block(s); their last block ended %8.0f ns mean, %8llu ns latest", sms, n,
+                      sum / sms, latest);
+        lines.emplace_back(line);
+    }
+    // %smid need not count 0..SMs-1 without gaps, so the two placements are told apart by which
+    // blocks share an SM: b with b + SMs (one block per SM, then a second wave), or b with b + 1.
+    int device = 0, smTotal = 0;
+    HCHECK(cudaGetDevice(&device));
+    HCHECK(cudaDeviceGetAttribute(&smTotal, cudaDevAttrMultiProcessorCount, device));
+    std::vector<unsigned> smOf(gemma::cuda::phaseclock::kBlocks, ~0u);
+    for (const int b : blocks) smOf[static_cast<std::size_t>(b)] = clock.lastSm[b];
+    const auto sharing = [&](int distance) {
+        int pairs = 0, shared = 0;
+        for (const int b : blocks) {
+            const int other = b + distance;
+            if (other >= gemma::cuda::phaseclock::kBlocks || smOf[static_cast<std::size_t>(other)] == ~0u) continue;
+            ++pairs;
+            shared += smOf[static_cast<std::size_t>(other)] == smOf[static_cast<std::size_t>(b)] ? 1 : 0;
+        }
+        return std::make_pair(shared, pairs);
+    };
+    const auto [wave, wavePairs] = sharing(smTotal);
+    const auto [next, nextPairs] = sharing(1);
+    std::snprintf(line, sizeof line, "  placement: blocks b and b + %d on one SM: %d of %d pairs; b and b + 1: %d of %d", smTotal, wave, wavePairs, next,
+                  nextPairs);
+    lines.emplace_back(line);
+    return lines;
 }
 
 // names[i]: mark i's phase (index 0, the kernel's entry, has none; an empty name = unused mark).
@@ -73,6 +134,7 @@ inline std::vector<std::string> phaseClockReport(const std::vector<std::string>&
     std::snprintf(line, sizeof line, "  latest launch: block starts spread %llu ns, first start to last end %llu ns (globaltimer)",
                   lastStart - firstStart, lastEnd - firstStart);
     lines.emplace_back(line);
+    for (auto& placementLine : placementReport(*clock, blocks, firstStart)) lines.push_back(std::move(placementLine));
     return lines;
 }
 
