@@ -30,7 +30,7 @@ inline void phaseClockReset() {
 // shares with b + SMs). Tells whether SMs with fewer blocks finish early (a balance
 // question) or whether the stream ends everywhere at once (docs/PERFORMANCE.md version 43 step 5).
 inline std::vector<std::string> placementReport(const gemma::cuda::phaseclock::Clock& clock, const std::vector<int>& blocks,
-                                                unsigned long long firstStart) {
+                                                unsigned long long firstStart, int smTotal) {
     std::vector<std::string> lines;
     unsigned smCount = 0;
     for (const int b : blocks) smCount = std::max(smCount, clock.lastSm[b] + 1);
@@ -61,9 +61,6 @@ inline std::vector<std::string> placementReport(const gemma::cuda::phaseclock::C
     }
     // %smid need not count 0..SMs-1 without gaps, so the two placements are told apart by which
     // blocks share an SM: b with b + SMs (one block per SM, then a second wave), or b with b + 1.
-    int device = 0, smTotal = 0;
-    HCHECK(cudaGetDevice(&device));
-    HCHECK(cudaDeviceGetAttribute(&smTotal, cudaDevAttrMultiProcessorCount, device));
     std::vector<unsigned> smOf(gemma::cuda::phaseclock::kBlocks, ~0u);
     for (const int b : blocks) smOf[static_cast<std::size_t>(b)] = clock.lastSm[b];
     const auto sharing = [&](int distance) {
@@ -134,7 +131,10 @@ inline std::vector<std::string> phaseClockReport(const std::vector<std::string>&
     std::snprintf(line, sizeof line, "  latest launch: block starts spread %llu ns, first start to last end %llu ns (globaltimer)",
                   lastStart - firstStart, lastEnd - firstStart);
     lines.emplace_back(line);
-    for (auto& placementLine : placementReport(*clock, blocks, firstStart)) lines.push_back(std::move(placementLine));
+    int device = 0, smTotal = 0;
+    HCHECK(cudaGetDevice(&device));
+    HCHECK(cudaDeviceGetAttribute(&smTotal, cudaDevAttrMultiProcessorCount, device));
+    for (auto& placementLine : placementReport(*clock, blocks, firstStart, smTotal)) lines.push_back(std::move(placementLine));
     return lines;
 }
 
