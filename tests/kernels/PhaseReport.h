@@ -61,15 +61,13 @@ inline std::vector<std::string> placementReport(const gemma::cuda::phaseclock::C
     }
     // %smid need not count 0..SMs-1 without gaps, so the two placements are told apart by which
     // blocks share an SM: b with b + SMs (one block per SM, then a second wave), or b with b + 1.
-    std::vector<unsigned> smOf(gemma::cuda::phaseclock::kBlocks, ~0u);
-    for (const int b : blocks) smOf[static_cast<std::size_t>(b)] = clock.lastSm[b];
     const auto sharing = [&](int distance) {
         int pairs = 0, shared = 0;
         for (const int b : blocks) {
             const int other = b + distance;
-            if (other >= gemma::cuda::phaseclock::kBlocks || smOf[static_cast<std::size_t>(other)] == ~0u) continue;
+            if (other >= gemma::cuda::phaseclock::kBlocks || clock.launches[other] == 0) continue;
             ++pairs;
-            shared += smOf[static_cast<std::size_t>(other)] == smOf[static_cast<std::size_t>(b)] ? 1 : 0;
+            shared += clock.lastSm[other] == clock.lastSm[b] ? 1 : 0;
         }
         return std::make_pair(shared, pairs);
     };
