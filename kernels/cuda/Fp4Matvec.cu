@@ -809,16 +809,16 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
 // QUEUE (Fp4MatvecParams::tileQueue): block b's tile 0 is b, its tile k >= 1 is drawn from the
 // launch's word instead of b + k·gridDim. Thread 0 draws one tile at a time, after the dependency
-// wait, each draw a whole tile before the tile's index must be known, and publishes it in a ring
-// of 4 in shared memory at the barrier before the loads reach it: with D below the items a warp
-// has per tile (the launcher's condition), the iterator moves to tile k (after fetching tile k-1's
-// last item, D items ahead of the compute) while computing tile k-1, so tile k is published at
-// tile k-2's barrier (tile 1's at the staging barrier) and drawn at the one before. A slot is
-// rewritten four tiles later, after every warp has passed the barrier that ends its last reader
-// (tile k's row store, after tile k's barrier). Draw d (0 .. tiles-1) is tile gridDim + d while d < tiles - gridDim, a miss after; a
-// block draws until its first miss, so a launch makes exactly tiles draws and atomicInc's wrap at
-// tiles - 1 leaves the word at zero for the next launch. `items` is then the items of the tiles
-// known so far, which grows at each barrier.
+// wait, and publishes each in a ring of 4 in shared memory at the barrier before the loads reach
+// it: with D below the items a warp has per tile (the launcher's condition), the iterator moves
+// to tile k (after fetching tile k-1's last item, D items ahead of the compute) while computing
+// tile k-1, so tile k is published at tile k-2's barrier (tile 1's at the staging barrier) and
+// drawn a tile earlier, which hides the atomic's round trip. A slot is rewritten four tiles
+// later, after every warp has passed the barrier that ends its last reader (tile k's row store,
+// right after tile k's barrier). Draw d (0 .. tiles-1) is tile gridDim + d while d < tiles -
+// gridDim, a miss after; a block draws until its first miss, so a launch makes exactly `tiles`
+// draws and atomicInc's wrap at tiles - 1 leaves the word at zero for the next launch. `items`
+// is then the items of the tiles known so far, and grows at each barrier.
 template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool QUEUE = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
