@@ -23,8 +23,6 @@
 #include "../../kernels/cuda/RmsNorm.cu"
 #include "../../kernels/cuda/StreamRead.cu"
 #include "HarnessCommon.h"
-
-#include <functional>
 #include "PhaseReport.h"  // the measurement build (measure_matvec_phases) only
 
 using namespace harness;
@@ -310,43 +308,55 @@ std::string contextColumns(const TimingContext& t, double bytes) {
 }
 
 // The tile queue (Fp4MatvecParams::tileQueue) on a batch-1 tiled launch `p` whose outputs under
-// the static split are `want` (`outputs` reads them back, `poison` fills them with NaN): three
-// launches on one word, then a programmatic chain of four on it, each into poisoned outputs. The
+// the static split are `want` (want[0]: y's whole buffer, want[1 + e]: extra e's). Three launches
+// on one word, each into poisoned outputs; then a programmatic chain of four on it, each launch
+// into its own poisoned set of outputs (so no launch's rows can stand in for another's). The
 // tiles' sums do not depend on which block computes them, so every output must equal the static
 // split's bit for bit; every launch makes exactly one draw per tile, so the word must be zero
-// after each. `queued`: whether the kernel takes the queue at this shape (more items per warp in
-// a tile than its pipeline depth; otherwise the word must stay untouched at zero).
-void checkTileQueue(const std::string& tag, Fp4MatvecParams p, bool geglu, const std::function<void()>& poison,
-                    const std::function<std::vector<std::vector<float>>()>& outputs, const std::vector<std::vector<float>>& want,
+// after each. `queued`: whether the kernel takes the queue at this shape (more items per warp in a
+// tile than its pipeline depth; otherwise the word must stay untouched at zero).
+void checkTileQueue(const std::string& tag, const Fp4MatvecParams& p, bool geglu, const std::vector<std::vector<float>>& want,
                     Report& report) {
     const int depth = geglu ? 2 : 4;
     const bool queued = gemma::formats::fp4GroupsPerRow(p.in) / 8 > depth;
+    constexpr int kSets = 4;
+    const std::size_t n = want.size();  // 1 + p.extraCount
+    std::vector<DeviceBuffer<float>> buffers;
+    for (int set = 0; set < kSets; ++set)
+        for (std::size_t k = 0; k < n; ++k) buffers.emplace_back(want[k].size());
     DeviceBuffer<std::uint32_t> word(1);
     word.upload(std::vector<std::uint32_t>{0u});
-    p.tileQueue = word.ptr;
-    const auto launch = [&] {
-        HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(p, nullptr) : gemma::cuda::launchFp4Matvec(p, nullptr));
+    const auto launch = [&](int set, bool programmatic) {
+        Fp4MatvecParams t = p;
+        t.tileQueue = word.ptr;
+        t.programmaticLaunch = programmatic;
+        t.y = buffers[static_cast<std::size_t>(set) * n].ptr;
+        for (std::size_t e = 1; e < n; ++e) t.extra[e - 1].y = buffers[static_cast<std::size_t>(set) * n + e].ptr;
+        HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(t, nullptr) : gemma::cuda::launchFp4Matvec(t, nullptr));
     };
-    const auto sameAsStatic = [&] {
-        const std::vector<std::vector<float>> got = outputs();
-        bool same = got.size() == want.size();
-        for (std::size_t k = 0; same && k < got.size(); ++k)
-            same = got[k].size() == want[k].size() && std::memcmp(got[k].data(), want[k].data(), got[k].size() * sizeof(float)) == 0;
+    const auto poison = [&](int set) {
+        for (std::size_t k = 0; k < n; ++k) buffers[static_cast<std::size_t>(set) * n + k].poison();
+    };
+    const auto sameAsStatic = [&](int set) {
+        bool same = true;
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::vector<float> got = buffers[static_cast<std::size_t>(set) * n + k].download();
+            same &= std::memcmp(got.data(), want[k].data(), got.size() * sizeof(float)) == 0;
+        }
         return same;
     };
     bool same = true, zero = true;
     for (int i = 0; i < 3; ++i) {
-        poison();
-        launch();
+        poison(0);
+        launch(0, false);
         HCHECK(cudaDeviceSynchronize());
-        same &= sameAsStatic();
+        same &= sameAsStatic(0);
         zero &= word.download()[0] == 0u;
     }
-    p.programmaticLaunch = true;
-    poison();
-    for (int i = 0; i < 4; ++i) launch();
+    for (int set = 0; set < kSets; ++set) poison(set);
+    for (int set = 0; set < kSets; ++set) launch(set, true);
     HCHECK(cudaDeviceSynchronize());
-    same &= sameAsStatic();
+    for (int set = 0; set < kSets; ++set) same &= sameAsStatic(set);
     zero &= word.download()[0] == 0u;
     const std::string what = tag + (queued ? " tile queue" : " tile queue (static split: too few items per tile)");
     report.addCheck(what + ": bit-identical to the static split, launch after launch and chained", same, "");
@@ -424,9 +434,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         sameBits(got, dy.download(), s.out), "");
     };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
-    const auto poisonY = [&] { dy.poison(); };
-    const auto readY = [&] { return std::vector<std::vector<float>>{dy.download()}; };
-    if (path == Path::Tiled && rows == 1) checkTileQueue("matvec " + s.name, p, false, poisonY, readY, {y}, report);
+    if (path == Path::Tiled && rows == 1) checkTileQueue("matvec " + s.name, p, false, {y}, report);
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -504,7 +512,7 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
         if (isTiled(path)) checkAgainstRows(g, true, yg, &du);
-        if (path == Path::Tiled && rows == 1) checkTileQueue("geglu  " + s.name, g, true, poisonY, readY, {yg}, report);
+        if (path == Path::Tiled && rows == 1) checkTileQueue("geglu  " + s.name, g, true, {yg}, report);
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -727,14 +735,9 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     for (auto& d : dys) d.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
-    const auto readAll = [&] {
-        std::vector<std::vector<float>> all;
-        for (const auto& d : dys) all.push_back(d.download());
-        return all;
-    };
-    const std::vector<std::vector<float>> launched = readAll();
-    if (tiled && rows == 1 && !fp16 && !twoGroups)
-        checkTileQueue("fused " + name, p, false, [&] { for (auto& d : dys) d.poison(); }, readAll, launched, report);
+    std::vector<std::vector<float>> launched;
+    for (const auto& d : dys) launched.push_back(d.download());
+    if (tiled && rows == 1 && !fp16 && !twoGroups) checkTileQueue("fused " + name, p, false, launched, report);
     for (int k = 0; k < 3; ++k) {
         const std::vector<float>& y = launched[static_cast<std::size_t>(k)];
         const std::vector<float> deq = ws[k].dequantize();
