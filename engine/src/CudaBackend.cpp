@@ -1024,7 +1024,7 @@ private:
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
         p.tiled = w.tiled;
-        if (rows == 1) p.tileQueue = w.tileQueue;  // null unless OpenOptions::matvecTileQueue
+        p.tileQueue = w.tileQueue;  // null unless OpenOptions::matvecTileQueue; the launcher uses it at batch 1 only
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};

@@ -1065,6 +1065,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
+// The tiled integer path's pipeline depth D (items in flight per warp; see launchMma).
+constexpr int tiledIntegerDepth(bool geglu) { return geglu ? 2 : 4; }
+// Whether that path takes Fp4MatvecParams::tileQueue for rows of `in` inputs: every warp must have
+// more items per tile than D (the kernel's QUEUE comment), i.e. a row's groups over the 8 warps,
+// rounded down, above D. Otherwise the split stays static and the word untouched.
+constexpr bool tileQueueEngages(std::int64_t in, bool geglu) {
+    return formats::fp4GroupsPerRow(in) / kMmaWarps > tiledIntegerDepth(geglu);
+}
 constexpr int kThreads = 256;
 
 struct LaunchPlan {
@@ -1223,14 +1231,11 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 2 × 2), GeGLU (two weights per group) 2 × 1. Deeper pipelines for integer x (6 × 1, GeGLU
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
-    // The tile queue needs every warp to have more items per tile than its pipeline depth (the
-    // kernel's QUEUE comment): the groups of a row over the 8 warps, rounded down, against D.
-    constexpr int kTiledIntegerDepth = GEGLU ? 2 : 4;
-    const bool queue = p.tileQueue && groups / kMmaWarps > kTiledIntegerDepth;
-    if (p.tiled && form == XForm::Integer && queue) {
-        err = launchMmaTyped<GEGLU, XForm::Integer, kTiledIntegerDepth, 1, true, true>(args, tiles, smem, facts, pdl, stream);
-    } else if (p.tiled && form == XForm::Integer) {
-        err = launchMmaTyped<GEGLU, XForm::Integer, kTiledIntegerDepth, 1, true>(args, tiles, smem, facts, pdl, stream);
+    if (p.tiled && form == XForm::Integer) {
+        constexpr int D = tiledIntegerDepth(GEGLU);
+        err = p.tileQueue && tileQueueEngages(p.in, GEGLU)
+                  ? launchMmaTyped<GEGLU, XForm::Integer, D, 1, true, true>(args, tiles, smem, facts, pdl, stream)
+                  : launchMmaTyped<GEGLU, XForm::Integer, D, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
         err = launchFp16Variant<GEGLU, GEGLU ? 2 : 4, 1, true>(form, args, tiles, smem, facts, pdl, stream);
     } else if (form == XForm::Integer) {

@@ -313,12 +313,11 @@ std::string contextColumns(const TimingContext& t, double bytes) {
 // into its own poisoned set of outputs (so no launch's rows can stand in for another's). The
 // tiles' sums do not depend on which block computes them, so every output must equal the static
 // split's bit for bit; every launch makes exactly one draw per tile, so the word must be zero
-// after each. `queued`: whether the kernel takes the queue at this shape (more items per warp in a
-// tile than its pipeline depth; otherwise the word must stay untouched at zero).
+// after each. `queued` (the launcher's own rule, for the check's name): whether the kernel takes
+// the queue at this shape; otherwise the word must stay untouched at zero.
 void checkTileQueue(const std::string& tag, const Fp4MatvecParams& p, bool geglu, const std::vector<std::vector<float>>& want,
                     Report& report) {
-    const int depth = geglu ? 2 : 4;
-    const bool queued = gemma::formats::fp4GroupsPerRow(p.in) / 8 > depth;
+    const bool queued = gemma::cuda::fp4detail::tileQueueEngages(p.in, geglu);
     constexpr int kSets = 4;
     const std::size_t n = want.size();  // 1 + p.extraCount
     std::vector<DeviceBuffer<float>> buffers;
