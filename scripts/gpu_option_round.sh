@@ -4,7 +4,8 @@
 # each timed), memcheck and racecheck over the quick fixtures beside them, then the gemma-bench
 # A/B of the option against the defaults on one preset. The engine builds while the checks run,
 # so the whole costs about one engine build more than the A/B. The A/B starts only once every
-# check and sanitizer has finished (nothing else on the GPU while it times).
+# check and sanitizer has finished (nothing else on the GPU while it times). The harness's own
+# timing lines run beside the sanitizers and the engine build: information only.
 #   OPTION_FLAG     the gemma-bench flag under test (default --matvec-tile-queue)
 #   OPTION_HARNESS  the tests/kernels harness that checks it (default test_fp4_matvec)
 #   OPTION_SHAPES   GEMMA_SHAPES substrings, one harness run each (default "31b 12b e4b"; empty: none)
