@@ -33,9 +33,14 @@ fi
 if [ "${OPTION_CHECKS:-1}" != 0 ]; then
   build_harnesses "$H" /tmp/harness-build.log "$HARNESS" || exit 1
   echo "harness built at $(( $(date +%s) - start )) s"
+  tools=(racecheck memcheck)
   pids=()
-  for tool in racecheck memcheck; do
-    GEMMA_HARNESS_QUICK=1 timeout "$san" compute-sanitizer --tool "$tool" --error-exitcode 99 "$H/$HARNESS" > "/tmp/$tool.log" 2>&1 &
+  for tool in "${tools[@]}"; do
+    # racecheck: the attention kernels' cp.async staging, as scripts/gpu_kernels.sh runs it
+    # (GEMMA_HARNESS_THREAD_COPIES, tests/kernels/HarnessCommon.h)
+    copies=; [[ $tool == racecheck ]] && copies=1
+    GEMMA_HARNESS_QUICK=1 GEMMA_HARNESS_THREAD_COPIES=$copies timeout "$san" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "$H/$HARNESS" > "/tmp/$tool.log" 2>&1 &
     pids+=($!)
   done
   GEMMA_HARNESS_QUICK=1 timeout 200 "$H/$HARNESS" > "$OUT/h_quick.log" 2>&1
@@ -44,9 +49,8 @@ if [ "${OPTION_CHECKS:-1}" != 0 ]; then
     GEMMA_SHAPES=$s timeout 150 "$H/$HARNESS" > "$OUT/h_$s.log" 2>&1
     echo "shapes $s rc $?"; grep -E "FAIL|^SUMMARY" "$OUT/h_$s.log"
   done
-  for i in 0 1; do
-    tool=$([ $i = 0 ] && echo racecheck || echo memcheck)
-    wait "${pids[$i]}"; echo "$tool rc $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^SUMMARY" "/tmp/$tool.log" | head -3
+  for i in "${!tools[@]}"; do
+    wait "${pids[$i]}"; echo "${tools[$i]} rc $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^SUMMARY" "/tmp/${tools[$i]}.log" | head -3
   done
   echo "checks done at $(( $(date +%s) - start )) s"
 fi

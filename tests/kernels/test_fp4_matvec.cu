@@ -277,12 +277,17 @@ double readAloneMicros(double bytes) {
         },
         10, 30);
 }
+// A tile queue's word as the contract wants it before its first launch: zero.
+DeviceBuffer<std::uint32_t> zeroedQueueWord() {
+    DeviceBuffer<std::uint32_t> word(1);
+    word.upload(std::vector<std::uint32_t>{0u});
+    return word;
+}
 // Runs `run` with a launch's Fp4MatvecParams::tileQueue on a fresh zeroed word (`setQueue`
 // points the launch at it), then takes the queue off again.
 template <typename SetQueue, typename Run>
 void withTileQueue(SetQueue&& setQueue, Run&& run) {
-    DeviceBuffer<std::uint32_t> word(1);
-    word.upload(std::vector<std::uint32_t>{0u});
+    const DeviceBuffer<std::uint32_t> word = zeroedQueueWord();
     setQueue(word.ptr);
     run();
     setQueue(nullptr);
@@ -323,8 +328,7 @@ void checkTileQueue(const std::string& tag, const Fp4MatvecParams& p, bool geglu
     std::vector<DeviceBuffer<float>> buffers;
     for (int set = 0; set < kSets; ++set)
         for (std::size_t k = 0; k < n; ++k) buffers.emplace_back(want[k].size());
-    DeviceBuffer<std::uint32_t> word(1);
-    word.upload(std::vector<std::uint32_t>{0u});
+    const DeviceBuffer<std::uint32_t> word = zeroedQueueWord();
     const auto launch = [&](int set, bool programmatic) {
         Fp4MatvecParams t = p;
         t.tileQueue = word.ptr;
