@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# One call on a fresh machine for a kernel option that is off by default (first written for
-# version 45's tile queue): the harness's checks (quick fixtures, then the chosen preset shapes,
-# each timed), memcheck and racecheck over the quick fixtures beside them, then the gemma-bench
-# A/B of the option against the defaults on one preset. The engine builds while the checks run,
+# One call on a fresh machine for a kernel option that is off by default (written for version
+# 45's tile queue, first run in version 46): the harness's checks (quick fixtures, then the chosen
+# preset shapes, each timed), memcheck and racecheck over the quick fixtures beside them, then the
+# gemma-bench A/B of the option against the defaults on one preset. The engine builds while the checks run,
 # so the whole costs about one engine build more than the A/B. The A/B starts only once every
 # check and sanitizer has finished (nothing else on the GPU while it times). The harness's own
 # timing lines run beside the sanitizers and the engine build: information only.
-#   OPTION_FLAG     the gemma-bench flag under test (default --matvec-tile-queue)
-#   OPTION_HARNESS  the tests/kernels harness that checks it (default test_fp4_matvec)
+#   OPTION_FLAG     the gemma-bench flag under test (required)
+#   OPTION_HARNESS  the tests/kernels harness that checks it (required)
 #   OPTION_SHAPES   GEMMA_SHAPES substrings, one harness run each (default "31b 12b e4b"; empty: none)
 #   OPTION_PRESET   the A/B's preset (default 31b)
 #   OPTION_ROUNDS   the A/B's rounds (default 2; 0: the checks only, no engine build)
@@ -18,7 +18,8 @@
 set -u
 cd "$(dirname "$0")/.."
 H=/tmp/gemma-kernels-build
-HARNESS=${OPTION_HARNESS:-test_fp4_matvec}
+: "${OPTION_FLAG:?the gemma-bench flag under test}" "${OPTION_HARNESS:?the harness that checks it}"
+HARNESS=$OPTION_HARNESS
 rounds=${OPTION_ROUNDS:-2}
 san=${OPTION_SAN_TIMEOUT:-300}
 source scripts/lib/build_engine.sh
@@ -57,7 +58,7 @@ fi
 ((rounds > 0)) || exit 0
 wait "$engine"; tail -1 /tmp/engine-build.log
 grep -q "engine rc 0" /tmp/engine-build.log || { tail -30 /tmp/engine-build.log; exit 1; }
-OUT=/tmp/option-ab GEMMA_AB_VARIANTS="; ${OPTION_FLAG:---matvec-tile-queue}" GEMMA_AB_PARITY=0 GEMMA_AB_PRESET=${OPTION_PRESET:-31b} \
+OUT=/tmp/option-ab GEMMA_AB_VARIANTS="; $OPTION_FLAG" GEMMA_AB_PARITY=0 GEMMA_AB_PRESET=${OPTION_PRESET:-31b} \
   GEMMA_AB_ROUNDS=$rounds GEMMA_AB_ARGS="--skip prefill,kernels,depth --allocations 4096" bash scripts/gpu_ab_builds.sh | tail -12
 cp /tmp/option-ab/ab.txt "$OUT/ab.txt"
 echo "self-checks in the run headers: $(grep -o 'self-check passed' "$OUT/ab.txt" | wc -l) passed, $(grep -oi 'self-check failed' "$OUT/ab.txt" | wc -l) failed"

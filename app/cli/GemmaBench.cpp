@@ -171,7 +171,6 @@ int main(int argc, char** argv) {
          {"pdl", false, "accepted for older scripts and ignored: programmatic dependent launch is the default"},
          {"fp16-matvec", false, "batch-1 FP4 matvecs take x as fp16 hi + lo (the earlier form) instead of integers"},
          {"row-layout", false, "keep the FP4 weights in the package's row layout on the GPU instead of the tiled layout"},
-         {"matvec-tile-queue", false, "batch-1 FP4 matvecs hand out their tiles through a queue instead of a static split (an experiment)"},
          {"separate-attention", false, "run a decode step's attention as three launches (norm + RoPE, split, merge) instead of one fused launch"},
          {"separate-norms", false, "run a decode step's residual norms as their own kernels instead of inside the FP4 matvecs that consume them"},
          {"cuda-core-attention", false, "run the decode attention of unfused full layers (every full layer unless --fused-full-attention) on the fp32 CUDA-core split kernel instead of tensor cores"},
@@ -226,7 +225,6 @@ int main(int argc, char** argv) {
     options.programmaticLaunch = !cli.has("no-pdl");
     options.integerMatvec = !cli.has("fp16-matvec");
     options.tiledWeights = !cli.has("row-layout");
-    options.matvecTileQueue = cli.has("matvec-tile-queue");
     options.fusedAttention = !cli.has("separate-attention");
     options.fusedNorms = !cli.has("separate-norms");
     options.tensorCoreAttention = !cli.has("cuda-core-attention");

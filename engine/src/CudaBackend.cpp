@@ -160,8 +160,6 @@ struct DeviceLinear {
     float fp16Multiplier = 1.0f;
     // GEMM prefill: x enters as FP16 hi + lo (two GEMMs) instead of one FP16 (OpenOptions::prefillInput).
     bool splitInput = true;
-    // OpenOptions::matvecTileQueue: this weight's word of tileQueues_ (its batch-1 launches' queue).
-    std::uint32_t* tileQueue = nullptr;
 };
 
 // x·2^-8 in FP16 hi + lo for the prefill GEMMs: |x| up to 1.6e7 stays finite (the Fp4Matvec
@@ -186,8 +184,7 @@ public:
         : package_(package), config_(package.config()), weights_(weights),
           kvCacheType_(options.kvCache), graphWanted_(options.cudaGraph),
           gemmMinRows_(options.prefillGemmMinRows), programmaticLaunch_(options.programmaticLaunch),
-          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), matvecTileQueue_(options.matvecTileQueue),
-          fusedAttention_(options.fusedAttention),
+          integerMatvec_(options.integerMatvec), tiledWeights_(options.tiledWeights), fusedAttention_(options.fusedAttention),
           fusedNorms_(options.fusedNorms), tensorCoreAttention_(options.tensorCoreAttention),
           persistentLmHead_(options.persistentLmHead), clusterAttention_(options.clusterAttention),
           fuseFullAttention_(options.fuseFullAttention), tensorCoreSlidingAttention_(options.tensorCoreSlidingAttention),
@@ -293,7 +290,6 @@ public:
     std::string name() const override {
         return deviceName_ + " (CUDA, " + prefillStatus_ + (programmaticLaunch_ ? ", programmatic launch" : "") +
                (integerMatvec_ ? "" : ", fp16-x matvec") + (tiledWeights_ ? "" : ", row-layout weights") +
-               (matvecTileQueue_ ? ", matvec tile queue" : "") +
                (fusedAttention_ ? "" : ", separate attention kernels") + (fusedNorms_ ? "" : ", separate norm kernels") +
                (tensorCoreAttention_ ? "" : ", CUDA-core attention") + (bulkCopies_ ? "" : ", attention K/V by cp.async") +
                (persistentLmHead_ ? "" : ", one-shot lm_head") +
@@ -704,18 +700,12 @@ private:
     // copies back per weight. A weight whose tiled copy would not fit its place (out not a
     // multiple of 16: the tiled layout pads the last tile) or whose scales are not 4-byte aligned
     // in the package stays in rows (DeviceLinear::tiled false; every kernel reads both).
-    // Every FP4 weight of the decoder (absent ones have null codes).
-    std::vector<DeviceLinear*> allLinears() {
+    Status tileWeights() {
         std::vector<DeviceLinear*> linears;
         for (auto& d : layers_)
             for (DeviceLinear* l : {&d.q, &d.k, &d.v, &d.o, &d.gate, &d.up, &d.down, &d.perLayerGate, &d.perLayerProjection})
                 linears.push_back(l);
         linears.push_back(&perLayerModelProjection_);
-        return linears;
-    }
-
-    Status tileWeights() {
-        const std::vector<DeviceLinear*> linears = allLinears();
         auto tileable = [](const DeviceLinear& l) {
             return l.codes && l.scales && l.out % formats::fp4tiled::kTileRows == 0 && reinterpret_cast<std::uintptr_t>(l.scales) % 4 == 0;
         };
@@ -829,13 +819,6 @@ private:
         GEMMA_RETURN_IF_ERROR(attended_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(ffn_.allocateZeroed(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(logits_.allocateZeroed(static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
-        if (matvecTileQueue_) {
-            // One zeroed queue word per weight: a weight's launches are a step apart, each ordered
-            // after the last by the kernels between them, as the queue's contract asks.
-            const std::vector<DeviceLinear*> linears = allLinears();
-            GEMMA_RETURN_IF_ERROR(tileQueues_.allocateZeroed(linears.size() * sizeof(std::uint32_t), "the matvec tile queues"));
-            for (std::size_t i = 0; i < linears.size(); ++i) linears[i]->tileQueue = tileQueues_.as<std::uint32_t>() + i;
-        }
         if (blas_) {
             // GEMM prefill: the FP16 weight slots (gate|up together; two with dequantization ahead),
             // the fp16 hi/lo input and the fp32 gate|up product.
@@ -1024,7 +1007,6 @@ private:
         p.programmaticLaunch = programmaticLaunch_;
         p.fp16X = !integerMatvec_;
         p.tiled = w.tiled;
-        p.tileQueue = w.tileQueue;  // null unless OpenOptions::matvecTileQueue; the launcher uses it at batch 1 only
         p.extraCount = static_cast<int>(extras.size());
         for (std::size_t e = 0; e < extras.size() && e < 2; ++e) {
             p.extra[e] = {extras[e].w->codes, extras[e].w->scales, extras[e].w->out, extras[e].y, extras[e].yStride};
@@ -1839,7 +1821,6 @@ private:
     const float* finalNorm_ = nullptr;
     std::vector<DeviceCache> caches_;
     DeviceBuffer residual_, normed_, branch_, query_, key_, value_, attended_, ffn_, logits_, tokens_, positions_;
-    DeviceBuffer tileQueues_;  // OpenOptions::matvecTileQueue: a word per weight (DeviceLinear::tileQueue)
     DeviceBuffer perLayerInputs_, perLayerIdentity_, perLayerGate_, attentionWorkspace_;
     std::int64_t qWidth_ = 0, kvWidth_ = 0, ffnWidth_ = 0;
     bool graphWanted_ = false;
@@ -1847,7 +1828,6 @@ private:
     bool programmaticLaunch_ = false;
     bool integerMatvec_ = true;
     bool tiledWeights_ = true;
-    bool matvecTileQueue_ = false;
     bool fusedAttention_ = true;
     bool fusedNorms_ = true;
     bool tensorCoreAttention_ = true;

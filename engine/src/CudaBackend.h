@@ -17,7 +17,7 @@ bool cudaDeviceAvailable();
 
 // Fails with OutOfMemory when the weights, the KV cache for `allocation` and the workspaces do not
 // fit in free device memory, with Unsupported for unquantized packages (the kernels stream FP4).
-// From `options`: kvCache, cudaGraph, prefillGemmMinRows, programmaticLaunch, integerMatvec, tiledWeights, matvecTileQueue, fusedAttention, fusedNorms, tensorCoreAttention, persistentLmHead, clusterAttention, fuseFullAttention, tensorCoreSlidingAttention, fusedPiecesNormRope, attentionPrefetch, gemmPrefillChunk, prefillInput, prefillDequantizeAhead, kernelTimeline.
+// From `options`: kvCache, cudaGraph, prefillGemmMinRows, programmaticLaunch, integerMatvec, tiledWeights, fusedAttention, fusedNorms, tensorCoreAttention, persistentLmHead, clusterAttention, fuseFullAttention, tensorCoreSlidingAttention, fusedPiecesNormRope, attentionPrefetch, gemmPrefillChunk, prefillInput, prefillDequantizeAhead, kernelTimeline.
 Expected<std::unique_ptr<Backend>> makeCudaBackend(const Package& package, const ModelWeights& weights, int allocation,
                                                   const OpenOptions& options);
 

@@ -312,7 +312,6 @@ struct MmaArgs {
     const float* x;
     Fp4MatvecParams::InputNorm norm;  // residualIn null: x is read as given
     const float* geluGate;            // Fp4MatvecParams::geluGate (segment 0 only, not with GeGLU)
-    unsigned int* tileQueue;          // Fp4MatvecParams::tileQueue, read by the QUEUE instances only
 };
 
 // D = A·B + C for one m16n8k16 tile (fp16 inputs, fp32 accumulators). Not volatile: it has no
@@ -807,26 +806,13 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-// QUEUE (Fp4MatvecParams::tileQueue): block b's tile 0 is b, its tile k >= 1 is drawn from the
-// launch's word instead of b + k·gridDim. Thread 0 draws one tile at a time, after the dependency
-// wait, and publishes each in a ring of 4 in shared memory at the barrier before the loads reach
-// it: with D below the items a warp has per tile (the launcher's condition), the iterator moves
-// to tile k (after fetching tile k-1's last item, D items ahead of the compute) while computing
-// tile k-1, so tile k is published at tile k-2's barrier (tile 1's at the staging barrier) and
-// drawn a tile earlier, which hides the atomic's round trip. A slot is rewritten four tiles
-// later, after every warp has passed the barrier that ends its last reader (tile k's row store,
-// right after tile k's barrier). Draw d (0 .. tiles-1) is tile gridDim + d while d < tiles -
-// gridDim, a miss after; a block draws until its first miss, so a launch makes exactly `tiles`
-// draws and atomicInc's wrap at tiles - 1 leaves the word at zero for the next launch. `items`
-// is then the items of the tiles known so far, and grows at each barrier.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool QUEUE = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
     extern __shared__ float4 xsRaw[];  // same declaration as the CUDA-core kernel's
     __shared__ float partial[2][kMmaWarps][GEGLU ? 2 : 1][kMmaTileRows];
     __shared__ float normScratch[INTEGER ? 32 : 1];  // blockSum's, for the input norm
-    __shared__ int tileRing[QUEUE ? 4 : 1];           // QUEUE: this block's tile k in slot k & 3, -1: none
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -837,25 +823,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     const int myGroups = groups > warp ? (groups - warp + kMmaWarps - 1) / kMmaWarps : 0;
     // An item is GPI of this warp's groups of one tile (the last one of a tile may be partial).
     const int myItems = (myGroups + GPI - 1) / GPI;
-    // QUEUE: the items of the tiles known so far (tile 0's at the start); grows at the barriers.
-    int items = (QUEUE ? 1 : myTiles) * myItems;
-    // QUEUE, thread 0: the draw in flight (its tile, or -1 once a draw has missed).
-    int pendingTile = -1;
-    const auto drawTile = [&]() -> int {
-        const unsigned tickets = static_cast<unsigned>(tiles) - gridDim.x;
-        const unsigned d = atomicInc(args.tileQueue, static_cast<unsigned>(tiles - 1));
-        return d < tickets ? static_cast<int>(gridDim.x + d) : -1;
-    };
-    // Thread 0 before a barrier: publishes the draw in flight as tile k and, if it hit, draws the next.
-    const auto publishTile = [&](int k) {
-        tileRing[k & 3] = pendingTile;
-        if (pendingTile >= 0) pendingTile = drawTile();
-    };
-    // Every thread after that barrier: tile k counts if it and every tile before it are known.
-    const auto learnTile = [&](int k) {
-        if (items == k * myItems && tileRing[k & 3] >= 0) items += myItems;
-    };
-    const auto tileAt = [&](int k) { return QUEUE ? tileRing[k & 3] : static_cast<int>(blockIdx.x + k * gridDim.x); };
+    const int items = myTiles * myItems;
 
     // Load iterator: the next item to fetch (tile index among mine, item index in the tile).
     int loadTile = 0, loadItem = 0;
@@ -902,10 +870,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         }
         if (++loadItem == myItems) {
             loadItem = 0;
-            // QUEUE: tile loadTile was published (a tile, or -1 past the last) at the barrier before
-            // the tile being computed now.
-            ++loadTile;
-            if (QUEUE ? tileRing[loadTile & 3] >= 0 : loadTile < myTiles) loadRows = tileRows(args, tileAt(loadTile), warp, g, q, groups);
+            if (++loadTile < myTiles)
+                loadRows = tileRows(args, blockIdx.x + loadTile * gridDim.x, warp, g, q, groups);
         }
     };
     // Weight loads of the first items go out before x is staged, so the two latencies overlap;
@@ -924,12 +890,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // 12b +0.3 % at a short context and at depth 32768, 31b +0.2 / +0.1 %, e4b +1.3 / +1.8 %.
     allowDependentsToStart();
     GEMMA_PHASE_MARK(2);  // the dependency wait
-    if constexpr (QUEUE) {
-        if (threadIdx.x == 0) {
-            tileRing[0] = static_cast<int>(blockIdx.x);
-            pendingTile = drawTile();  // tile 1, published at the staging barrier
-        }
-    }
 
     uint4* xsHi = reinterpret_cast<uint4*>(xsRaw);
     uint4* xsLo = xsHi + groups * 16;
@@ -945,11 +905,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     } else {
         stageX<SPLIT>(args.x, in, groups, xsHi, xsLo);
     }
-    if constexpr (QUEUE) {
-        if (threadIdx.x == 0) publishTile(1);
-    }
     __syncthreads();
-    if constexpr (QUEUE) learnTile(1);
     GEMMA_PHASE_MARK(3);  // x staged (the norm folded in, where there is one); with marks 7-9: the barrier
     // The B column this lane supplies (see groupDot): hi for column 0, lo for the others.
     const uint4* xsLane = SPLIT && g != 0 ? xsLo : xsHi;
@@ -969,15 +925,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
         }
         if (q == 0) writeRowSums<GEGLU>(partial[buffer][warp], g, accA, accB, upAccA, upAccB);
         accA = accB = upAccA = upAccB = 0.0f;
-        if constexpr (QUEUE) {
-            if (threadIdx.x == 0) publishTile(mine + 2);
-        }
         __syncthreads();
-        if constexpr (QUEUE) learnTile(mine + 2);
         if (mine == 0) GEMMA_PHASE_MARK(4);  // the first tile: its items (the first weights' arrival) and barrier
         else GEMMA_PHASE_MARK(5);            // every later tile: its items and barrier
         if (warp == (mine & (kMmaWarps - 1)) && lane < kMmaTileRows)
-            storeTileRow<GEGLU>(args, tileAt(mine), lane, partial[buffer], postscale);
+            storeTileRow<GEGLU>(args, blockIdx.x + mine * gridDim.x, lane, partial[buffer], postscale);
     };
 
     // The integer path with one group per item walks x's lane bytes and factors by pointer: the
@@ -1027,15 +979,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     // Rounds of D items. While a whole round and every refill D items on exist (all but the last
     // one or two rounds), no item tests its bounds (docs/PERFORMANCE.md version 34, lever 2).
     int k0 = 0;
-    const auto steadyRound = [&] {
+    for (; k0 + 2 * D <= items; k0 += D) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             compute(u);
             fetch(u);
             advance();
         }
-    };
-    const auto guardedRound = [&] {
+    }
+    for (; k0 < items; k0 += D) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             if (k0 + u >= items) break;
@@ -1043,20 +995,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
             if (k0 + u + D < items) fetch(u);
             advance();
         }
-    };
-    if constexpr (QUEUE) {
-        // `items` grows at the tile barriers inside advance(), so each round chooses its form (the
-        // two loops below, with the steady one re-entered after a guarded round, spilled 96 bytes
-        // of registers in the plain instance; this form spills none). An item past `items` is past
-        // the block's last tile for good: its tile was published at the barrier that began the
-        // tile before it.
-        for (; k0 < items; k0 += D) {
-            if (k0 + 2 * D <= items) steadyRound();
-            else guardedRound();
-        }
-    } else {
-        for (; k0 + 2 * D <= items; k0 += D) steadyRound();
-        for (; k0 < items; k0 += D) guardedRound();
     }
     // A warp with no groups (in < 8 groups) still takes part in every tile's barrier.
     if (myGroups == 0)
@@ -1065,14 +1003,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
 }
 
 // ---- host launcher ---------------------------------------------------------------------------------
-// The tiled integer path's pipeline depth D (items in flight per warp; see launchMma).
-constexpr int tiledIntegerDepth(bool geglu) { return geglu ? 2 : 4; }
-// Whether that path takes Fp4MatvecParams::tileQueue for rows of `in` inputs: every warp must have
-// more items per tile than D (the kernel's QUEUE comment), i.e. a row's groups over the 8 warps,
-// rounded down, above D. Otherwise the split stays static and the word untouched.
-constexpr bool tileQueueEngages(std::int64_t in, bool geglu) {
-    return formats::fp4GroupsPerRow(in) / kMmaWarps > tiledIntegerDepth(geglu);
-}
 constexpr int kThreads = 256;
 
 struct LaunchPlan {
@@ -1170,11 +1100,11 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, bool QUEUE = false>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED, QUEUE>;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -1206,7 +1136,6 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     args.x = p.x;
     args.norm = p.inputNorm;
     args.geluGate = p.geluGate;
-    args.tileQueue = p.tileQueue;
     args.segments = 1 + p.extraCount;
     int tiles = 0;
     for (int s = 0; s < args.segments; ++s) {
@@ -1232,10 +1161,8 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
     if (p.tiled && form == XForm::Integer) {
-        constexpr int D = tiledIntegerDepth(GEGLU);
-        err = p.tileQueue && tileQueueEngages(p.in, GEGLU)
-                  ? launchMmaTyped<GEGLU, XForm::Integer, D, 1, true, true>(args, tiles, smem, facts, pdl, stream)
-                  : launchMmaTyped<GEGLU, XForm::Integer, D, 1, true>(args, tiles, smem, facts, pdl, stream);
+        if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
+        else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
         err = launchFp16Variant<GEGLU, GEGLU ? 2 : 4, 1, true>(form, args, tiles, smem, facts, pdl, stream);
     } else if (form == XForm::Integer) {
@@ -1277,7 +1204,6 @@ KernelStatus launchImpl(const Fp4MatvecParams& p, cudaStream_t stream) {
         return KernelStatus::InvalidArgument;
     if (p.rowsPerWarp != 0 && p.rowsPerWarp != 1 && p.rowsPerWarp != 2 && p.rowsPerWarp != 4)
         return KernelStatus::InvalidArgument;
-    if (p.tileQueue && (reinterpret_cast<std::uintptr_t>(p.tileQueue) & 3u) != 0) return KernelStatus::InvalidArgument;
     if (p.extraCount < 0 || p.extraCount > 2 || (GEGLU && p.extraCount > 0)) return KernelStatus::InvalidArgument;
     // The tiled layout: scale words 4-byte aligned; one group per item (no two-group items).
     if (p.tiled) {

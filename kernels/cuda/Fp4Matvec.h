@@ -95,18 +95,6 @@ struct Fp4MatvecParams {
     // gate (GEMMA4.md §2.4: gelu(per_layer_input_gate(h)) ⊙ per-layer input) in the matvec's own
     // store instead of a kernel of its own. geluGate: `out` floats, read after the dependency wait.
     const float* geluGate = nullptr;
-    // Tensor-core path, tiled weights with integer x (the engine's form), batch 1: each block's
-    // first tile is its index as in the static split, and every later one is drawn from a queue,
-    // so blocks that run faster (alone on their SM, or started earlier in a programmatic chain)
-    // take more tiles (docs/PERFORMANCE.md lever 6; an experiment, off by default). The queue is
-    // one 32-bit word per launch site, zero before its first launch; every launch leaves it at
-    // zero (its last draw wraps it, atomicInc). Blocks draw only after their dependency wait, so
-    // two launches may share a word when the later one depends on the earlier one's completion
-    // (a stream order, or a programmatic launch whose kernels all wait before they finish). Where
-    // the kernel cannot keep its tiles known in time (fewer than its pipeline depth of items per
-    // warp in a tile) or another form runs, the word is not touched and the split is static; the
-    // results are the same bits either way (a tile's sums do not depend on the block).
-    std::uint32_t* tileQueue = nullptr;
     int rowsPerWarp = 0;  // CUDA-core kernel: 0 = chosen from the device; 1, 2 or 4 forces it
     bool forceGlobalX = false;  // CUDA-core kernel: skip the shared-memory copy of x
 };

@@ -351,28 +351,6 @@ TEST(CudaGraph, DecodeGraphPassesItsSelfCheck) {
     EXPECT_NE((*engine)->info().backend.find("greedy chain on (self-check passed"), std::string::npos) << (*engine)->info().backend;
 }
 
-// OpenOptions::matvecTileQueue (an experiment): the weights' queue words allocated and handed to
-// every batch-1 matvec, the same logits bit for bit and the same greedy ids as the static split.
-// The goldens' widths are below the kernel's queue threshold (more than its pipeline depth of
-// items per warp in a tile: in >= 3072 for the GeGLU, 5120 otherwise), so here the kernels keep
-// the static split and this checks the engine's side; test_fp4_matvec checks the queue itself.
-TEST(CudaMatvecTileQueue, OptionKeepsTheLogitsAndIds) {
-    const fs::path folder = gemma::test::goldens() / "e2b_like";
-    gemma::test::ScratchDir scratch("queue");
-    ASSERT_TRUE(gemma::quantizeCheckpoint(folder / "hf", scratch / "model.gemma", {}));
-    const std::vector<std::int32_t> prompt = {2, 40, 41, 42, 43};
-    const Generation plain = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, 24);
-    const Generation queued = generate(scratch / "model.gemma", gemma::Device::Cuda, prompt, 24, gemma::KvCacheType::Bf16, 16,
-                                       gemma::OpenOptions{}.programmaticLaunch, true, [](gemma::OpenOptions& o) { o.matvecTileQueue = true; });
-    ASSERT_FALSE(plain.logits.empty());
-    EXPECT_EQ(queued.tokens, plain.tokens);
-    EXPECT_EQ(largestDifference(queued, plain), 0.0);
-    const auto ids = [&](bool queue) {
-        return deviceGreedyIds(scratch / "model.gemma", prompt, 24, 0, [&](gemma::OpenOptions& o) { o.matvecTileQueue = queue; });
-    };
-    EXPECT_EQ(ids(true), ids(false));
-}
-
 // Top-k sampling without logits wanted: the CUDA backend selects the best entries on the device
 // (TopK.cu, Backend::decodeBest) and the host draws from them; with an onLogits callback the
 // host draws from whole rows. Same seed, same ids, over a decode that wraps the sliding rings.

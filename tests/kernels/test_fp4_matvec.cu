@@ -12,8 +12,6 @@
 // - the tiled device layout (Fp4Tile op, checked byte for byte against reference::tileFp4): every path
 //   (tensor cores, CUDA cores, batches, GeGLU, fused q/k/v, fp16 x) bit-identical to the row layout;
 // - the input norm folded into the matvec (Fp4MatvecParams::inputNorm) against an FP64 chain;
-// - the tile queue (Fp4MatvecParams::tileQueue) bit-identical to the static split, launch after
-//   launch and in programmatic chains on one word, which every launch must leave at zero;
 // - information only: achieved GB/s (CUDA events, median, weights rotated over > 2× L2); for the
 //   tiled layout also the same launch from L2, launched programmatically, after an L2 prefetch,
 //   and a plain streaming read of the same bytes (TimingContext: kernel cost against launch cost).
@@ -277,93 +275,11 @@ double readAloneMicros(double bytes) {
         },
         10, 30);
 }
-// A tile queue's word as the contract wants it before its first launch: zero.
-DeviceBuffer<std::uint32_t> zeroedQueueWord() {
-    DeviceBuffer<std::uint32_t> word(1);
-    word.upload(std::vector<std::uint32_t>{0u});
-    return word;
-}
-// Runs `run` with a launch's Fp4MatvecParams::tileQueue on a fresh zeroed word (`setQueue`
-// points the launch at it), then takes the queue off again.
-template <typename SetQueue, typename Run>
-void withTileQueue(SetQueue&& setQueue, Run&& run) {
-    const DeviceBuffer<std::uint32_t> word = zeroedQueueWord();
-    setQueue(word.ptr);
-    run();
-    setQueue(nullptr);
-}
-// The tile queue's columns of a tiled timing line (information only): the same launch with the
-// queue, alone and programmatically (`time(programmatic)`).
-template <typename Time, typename SetQueue>
-std::string queueColumns(Time&& time, SetQueue&& setQueue) {
-    double alone = 0.0, chained = 0.0;
-    withTileQueue(setQueue, [&] {
-        alone = time(false);
-        chained = time(true);
-    });
-    char line[120];
-    std::snprintf(line, sizeof line, " | queue %6.2f us | queue programmatic %6.2f us", alone, chained);
-    return line;
-}
 std::string contextColumns(const TimingContext& t, double bytes) {
     char line[200];
     std::snprintf(line, sizeof line, " | L2-resident %6.2f us | programmatic %6.2f us | after prefetch %6.2f us | read alone %6.2f us %7.1f GB/s",
                   t.l2ResidentUs, t.programmaticUs, t.prefetchedUs, t.readAloneUs, bytes / t.readAloneUs * 1e-3);
     return line;
-}
-
-// The tile queue (Fp4MatvecParams::tileQueue) on a batch-1 tiled launch `p` whose outputs under
-// the static split are `want` (want[0]: y's whole buffer, want[1 + e]: extra e's). Three launches
-// on one word, each into poisoned outputs; then a programmatic chain of four on it, each launch
-// into its own poisoned set of outputs (so no launch's rows can stand in for another's). The
-// tiles' sums do not depend on which block computes them, so every output must equal the static
-// split's bit for bit; every launch makes exactly one draw per tile, so the word must be zero
-// after each. `queued` (the launcher's own rule, for the check's name): whether the kernel takes
-// the queue at this shape; otherwise the word must stay untouched at zero.
-void checkTileQueue(const std::string& tag, const Fp4MatvecParams& p, bool geglu, const std::vector<std::vector<float>>& want,
-                    Report& report) {
-    const bool queued = gemma::cuda::fp4detail::tileQueueEngages(p.in, geglu);
-    constexpr int kSets = 4;
-    const std::size_t n = want.size();  // 1 + p.extraCount
-    std::vector<DeviceBuffer<float>> buffers;
-    for (int set = 0; set < kSets; ++set)
-        for (std::size_t k = 0; k < n; ++k) buffers.emplace_back(want[k].size());
-    const DeviceBuffer<std::uint32_t> word = zeroedQueueWord();
-    const auto launch = [&](int set, bool programmatic) {
-        Fp4MatvecParams t = p;
-        t.tileQueue = word.ptr;
-        t.programmaticLaunch = programmatic;
-        t.y = buffers[static_cast<std::size_t>(set) * n].ptr;
-        for (std::size_t e = 1; e < n; ++e) t.extra[e - 1].y = buffers[static_cast<std::size_t>(set) * n + e].ptr;
-        HCHECK_STATUS(geglu ? gemma::cuda::launchFp4GegluMatvec(t, nullptr) : gemma::cuda::launchFp4Matvec(t, nullptr));
-    };
-    const auto poison = [&](int set) {
-        for (std::size_t k = 0; k < n; ++k) buffers[static_cast<std::size_t>(set) * n + k].poison();
-    };
-    const auto sameAsStatic = [&](int set) {
-        bool same = true;
-        for (std::size_t k = 0; k < n; ++k) {
-            const std::vector<float> got = buffers[static_cast<std::size_t>(set) * n + k].download();
-            same &= std::memcmp(got.data(), want[k].data(), got.size() * sizeof(float)) == 0;
-        }
-        return same;
-    };
-    bool same = true, zero = true;
-    for (int i = 0; i < 3; ++i) {
-        poison(0);
-        launch(0, false);
-        HCHECK(cudaDeviceSynchronize());
-        same &= sameAsStatic(0);
-        zero &= word.download()[0] == 0u;
-    }
-    for (int set = 0; set < kSets; ++set) poison(set);
-    for (int set = 0; set < kSets; ++set) launch(set, true);
-    HCHECK(cudaDeviceSynchronize());
-    for (int set = 0; set < kSets; ++set) same &= sameAsStatic(set);
-    zero &= word.download()[0] == 0u;
-    const std::string what = tag + (queued ? " tile queue" : " tile queue (static split: too few items per tile)");
-    report.addCheck(what + ": bit-identical to the static split, launch after launch and chained", same, "");
-    report.addCheck(what + ": every launch leaves its word at zero", zero, "");
 }
 
 void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cublasLtHandle_t lt,
@@ -437,7 +353,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                         sameBits(got, dy.download(), s.out), "");
     };
     if (isTiled(path)) checkAgainstRows(p, false, y, nullptr);
-    if (path == Path::Tiled && rows == 1) checkTileQueue("matvec " + s.name, p, false, {y}, report);
 
     // Compare only the written region [rows][out]; the gaps of yStride stay NaN by design.
     std::vector<float> got;
@@ -515,7 +430,6 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
         HCHECK(cudaDeviceSynchronize());
         std::vector<float> yg = dy.download();
         if (isTiled(path)) checkAgainstRows(g, true, yg, &du);
-        if (path == Path::Tiled && rows == 1) checkTileQueue("geglu  " + s.name, g, true, {yg}, report);
         std::vector<float> gotg;
         std::vector<double> refg, scaleg;
         for (int r = 0; r < rows; ++r)
@@ -585,17 +499,12 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
                 std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld geglu  tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
                               s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                               bytes / registers * 1e-3);
-                const auto timeQueued = [&](bool programmatic) { return timeGeglu(false, false, false, false, programmatic); };
-                const auto setQueue = [&](std::uint32_t* word) { g.tileQueue = word; };
-                perfLines.push_back(line + contextColumns(context, bytes) + queueColumns(timeQueued, setQueue));
+                perfLines.push_back(line + contextColumns(context, bytes));
 #ifdef GEMMA_PHASE_CLOCK
                 // Where the tiled GeGLU launch's time goes (Fp4Matvec.cu's marks 1-6), over the
                 // timed launches on rotating weight copies (from DRAM): alone, then
-                // programmatically, each launch after the previous one (as in the decode step);
-                // then the same with the tile queue (where the blocks land and end with it).
+                // programmatically, each launch after the previous one (as in the decode step).
                 appendMatvecPhases(perfLines, [&](bool programmatic) { timeGeglu(false, false, false, false, programmatic); });
-                perfLines.push_back("  with the tile queue:");
-                withTileQueue(setQueue, [&] { appendMatvecPhases(perfLines, timeQueued); });
 #endif
             } else {
                 const double us = timeGeglu(false, false);
@@ -658,19 +567,14 @@ void runShape(const Shape& s, int rows, std::mt19937_64& rng, Report& report, cu
             std::snprintf(line, sizeof line, "%-28s %6lld x %-6lld matvec tiled %8.2f us %8.1f GB/s | row layout %8.1f GB/s",
                           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), tiledUs, bytes / tiledUs * 1e-3,
                           bytes / registers * 1e-3);
+            perfLines.push_back(line + contextColumns(context, bytes));
             p.tiled = true;  // the row layout was timed last
-            const auto timeQueued = [&](bool programmatic) { return timeVariant(false, 0, false, false, false, false, false, programmatic); };
-            const auto setQueue = [&](std::uint32_t* word) { p.tileQueue = word; };
-            perfLines.push_back(line + contextColumns(context, bytes) + queueColumns(timeQueued, setQueue));
 #ifdef GEMMA_PHASE_CLOCK
             // Where the tiled launch's time goes (Fp4Matvec.cu's marks 1-6), over the timed
             // launches on rotating weight copies (from DRAM): alone, then programmatically, each
             // launch after the previous one (as in the decode step: the next launch's blocks issue
-            // their weights and wait while the last blocks of the previous one finish); then the
-            // same with the tile queue.
-            appendMatvecPhases(perfLines, timeQueued);
-            perfLines.push_back("  with the tile queue:");
-            withTileQueue(setQueue, [&] { appendMatvecPhases(perfLines, timeQueued); });
+            // their weights and wait while the last blocks of the previous one finish).
+            appendMatvecPhases(perfLines, [&](bool programmatic) { timeVariant(false, 0, false, false, false, false, false, programmatic); });
 #endif
             return;
         }
@@ -738,11 +642,8 @@ void runFused(const std::string& name, std::int64_t in, const std::int64_t (&out
     for (auto& d : dys) d.poison();
     HCHECK_STATUS(gemma::cuda::launchFp4Matvec(p, nullptr));
     HCHECK(cudaDeviceSynchronize());
-    std::vector<std::vector<float>> launched;
-    for (const auto& d : dys) launched.push_back(d.download());
-    if (tiled && rows == 1 && !fp16 && !twoGroups) checkTileQueue("fused " + name, p, false, launched, report);
     for (int k = 0; k < 3; ++k) {
-        const std::vector<float>& y = launched[static_cast<std::size_t>(k)];
+        const std::vector<float> y = dys[k].download();
         const std::vector<float> deq = ws[k].dequantize();
         std::vector<float> got;
         std::vector<double> ref;
@@ -1188,11 +1089,6 @@ int main() {
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, false, /*tiled=*/true);
     runFused("odd 40/24/8", 200, {40, 24, 8}, 1, rng, report, false, /*fp16=*/true, /*tiled=*/true);
     runFused("12b sliding q/k/v", 3840, {4096, 2048, 2048}, 1, rng, report, false, false, /*tiled=*/true);
-    // The tile queue where it engages (more than 4 items per warp in a tile: in >= 5120) with more
-    // tiles than blocks, across segment boundaries inside tiles (4008, 520, 1000 rows: 347 tiles
-    // over 174 blocks), and a GeGLU (in >= 3072) of 600 tiles over 200 blocks.
-    runFused("queue 4008/520/1000", 5248, {4008, 520, 1000}, 1, rng, report, false, false, /*tiled=*/true);
-    runShape({"queue.geglu", 9600, 3200, true}, 1, rng, report, nullptr, false, perf, false, Path::Tiled);
     // The tiled layout's scale words must be 4-byte aligned: a 2-byte-aligned pointer is refused.
     {
         DeviceBuffer<std::uint8_t> codes(1024);

@@ -192,11 +192,6 @@ struct OpenOptions {
     // decode step 1.9 % more (version 27); same results bit for bit. false: the row layout
     // (comparisons).
     bool tiledWeights = true;
-    // CUDA, an experiment (off by default; docs/PERFORMANCE.md version 44, lever 6): the batch-1
-    // tiled integer FP4 matvecs hand out their tiles after each block's first through a queue (one
-    // 32-bit word per weight), so blocks that run faster take more tiles
-    // (kernels/cuda/Fp4Matvec.h, Fp4MatvecParams::tileQueue; the same bits).
-    bool matvecTileQueue = false;
     // CUDA: a decode step's attention per layer is one launch: the q/k/v norm + RoPE + KV-cache
     // write and the split-K merge run inside the split kernel (AttentionDecode.cu, "Fusions"; same
     // results bit for bit, docs/PERFORMANCE.md version 6). false: three launches (comparisons).
