@@ -2,10 +2,10 @@
 # One call on a fresh machine for a kernel option that is off by default (written for version
 # 45's tile queue, first run in version 46): the harness's checks (quick fixtures, then the chosen
 # preset shapes, each timed), memcheck and racecheck over the quick fixtures beside them, then the
-# gemma-bench A/B of the option against the defaults on one preset. The engine builds while the checks run,
-# so the whole costs about one engine build more than the A/B. The A/B starts only once every
-# check and sanitizer has finished (nothing else on the GPU while it times). The harness's own
-# timing lines run beside the sanitizers and the engine build: information only.
+# gemma-bench A/B of the option against the defaults on one preset. The engine builds while the
+# checks run, so the whole costs about one engine build more than the A/B. The A/B starts only
+# once every check and sanitizer has finished (nothing else on the GPU while it times). The
+# harness's own timing lines run beside the sanitizers and the engine build: information only.
 #   OPTION_FLAG     the gemma-bench flag under test (required)
 #   OPTION_HARNESS  the tests/kernels harness that checks it (required)
 #   OPTION_SHAPES   GEMMA_SHAPES substrings, one harness run each (default "31b 12b e4b"; empty: none)
@@ -19,7 +19,6 @@ set -u
 cd "$(dirname "$0")/.."
 H=/tmp/gemma-kernels-build
 : "${OPTION_FLAG:?the gemma-bench flag under test}" "${OPTION_HARNESS:?the harness that checks it}"
-HARNESS=$OPTION_HARNESS
 rounds=${OPTION_ROUNDS:-2}
 san=${OPTION_SAN_TIMEOUT:-300}
 source scripts/lib/build_engine.sh
@@ -32,7 +31,7 @@ if ((rounds > 0)); then
   engine=$!
 fi
 if [ "${OPTION_CHECKS:-1}" != 0 ]; then
-  build_harnesses "$H" /tmp/harness-build.log "$HARNESS" || exit 1
+  build_harnesses "$H" /tmp/harness-build.log "$OPTION_HARNESS" || exit 1
   echo "harness built at $(( $(date +%s) - start )) s"
   tools=(racecheck memcheck)
   pids=()
@@ -41,13 +40,13 @@ if [ "${OPTION_CHECKS:-1}" != 0 ]; then
     # (GEMMA_HARNESS_THREAD_COPIES, tests/kernels/HarnessCommon.h)
     copies=; [[ $tool == racecheck ]] && copies=1
     GEMMA_HARNESS_QUICK=1 GEMMA_HARNESS_THREAD_COPIES=$copies timeout "$san" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "$H/$HARNESS" > "/tmp/$tool.log" 2>&1 &
+      "$H/$OPTION_HARNESS" > "/tmp/$tool.log" 2>&1 &
     pids+=($!)
   done
-  GEMMA_HARNESS_QUICK=1 timeout 200 "$H/$HARNESS" > "$OUT/h_quick.log" 2>&1
+  GEMMA_HARNESS_QUICK=1 timeout 200 "$H/$OPTION_HARNESS" > "$OUT/h_quick.log" 2>&1
   echo "quick fixtures rc $?"; grep -E "FAIL|^SUMMARY" "$OUT/h_quick.log"
   for s in ${OPTION_SHAPES-31b 12b e4b}; do
-    GEMMA_SHAPES=$s timeout 150 "$H/$HARNESS" > "$OUT/h_$s.log" 2>&1
+    GEMMA_SHAPES=$s timeout 150 "$H/$OPTION_HARNESS" > "$OUT/h_$s.log" 2>&1
     echo "shapes $s rc $?"; grep -E "FAIL|^SUMMARY" "$OUT/h_$s.log"
   done
   for i in "${!tools[@]}"; do
