@@ -158,4 +158,4 @@ if [ ${#stepRuns[@]} -gt 0 ]; then
       "${stepRuns[@]}" 2>&1; } >> "$out/ab.txt"
   mkdir -p "$out/timelines" && cp "$stepDir"/*.csv "$out/timelines/"
 fi
-grep -E "^===|^\| ${GEMMA_AB_PRESET:-12b} " "$out/ab.txt"
+grep -E "^===|^\| ${GEMMA_AB_PRESET:-12b} " "$out/ab.txt" || true  # nothing to list with GEMMA_AB_ROUNDS=0

@@ -97,15 +97,16 @@ __host__ __device__ inline std::size_t attentionSmemBytes(int d, int elemBytes, 
 }
 
 // ---- device helpers ------------------------------------------------------------------------------
+// 8 elements as floats from the 16-byte columns at `first` and, for fp32 only, `second`.
 template <typename KvT>
-__device__ __forceinline__ void load8(const unsigned char* row, int piece, float (&v)[8]) {
+__device__ __forceinline__ void load8At(const unsigned char* first, const unsigned char* second, float (&v)[8]) {
     if constexpr (sizeof(KvT) == 4) {
-        const float4 a = *reinterpret_cast<const float4*>(row + piece * 32);
-        const float4 b = *reinterpret_cast<const float4*>(row + piece * 32 + 16);
+        const float4 a = *reinterpret_cast<const float4*>(first);
+        const float4 b = *reinterpret_cast<const float4*>(second);
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
         v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
     } else {
-        const uint4 u = *reinterpret_cast<const uint4*>(row + piece * 16);
+        const uint4 u = *reinterpret_cast<const uint4*>(first);
         const std::uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
@@ -114,6 +115,12 @@ __device__ __forceinline__ void load8(const unsigned char* row, int piece, float
             v[2 * w + 1] = f.y;
         }
     }
+}
+// Piece `piece` (elements [8·piece, 8·piece + 8)) of a plain row.
+template <typename KvT>
+__device__ __forceinline__ void load8(const unsigned char* row, int piece, float (&v)[8]) {
+    const unsigned char* first = row + piece * 8 * static_cast<int>(sizeof(KvT));
+    load8At<KvT>(first, first + 16, v);
 }
 
 // Merges dims [dimBegin, dimEnd) of query head h of `row` from its splits' partials into out.
@@ -475,8 +482,8 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
 // query's position, that position's K and V (written to the cache, and into its own shared rows
 // straight from registers: nothing reads the slot back this launch). It loads its piece's K and V
 // rows in chunks of up to kClusterChunkBytes (cp.async, all rows of a chunk in flight at once), and
-// per chunk: scores (warp per key, lanes over the dims), softmax per head (warp per head, all
-// heads at once), O += P·V (thread per dim). The blocks then merge through distributed shared
+// per chunk: scores (keys over lanes, dims over warps; see "Scores" below), softmax per head
+// (warp per head, all heads at once), O += P·V (thread per dim). The blocks then merge through distributed shared
 // memory instead of global partials, a fence and a counter: each block leaves (O, m, l) in its
 // shared memory, the cluster barrier publishes them, block r combines dims [r·D/C, (r+1)·D/C) of
 // every head from all C blocks (the merge kernel's formula, peers in rank order), writes them to
@@ -493,17 +500,30 @@ constexpr int kClusterChunkBytes = GEMMA_CLUSTER_CHUNK_BYTES;
 constexpr int kClusterMaxKeys = 256;           // keys per chunk at most (small head dims)
 constexpr int kClusterMaxGroup = kClusterAttentionMaxGroup;  // query heads per kv head (AttentionDecode.h)
 constexpr int kClusterMaxSize = 16;
+// The scores' form by a chunk's key count: from this many keys, lane per key (see "Scores" in the
+// kernel); below, warp per key. Version 47's phases (H100, 12b sliding layer, fp16 cache): at
+// ≈ 10 keys per block the warp-per-key form took 0.56 µs against 1.19, at 64 keys 2.16 against
+// 1.17 (≈ 0.25 µs per key per warp against a flat cost).
+constexpr int kKeysOverLanesFrom = 32;
 
 __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
     return kClusterChunkBytes / (2 * d * elemBytes) < kClusterMaxKeys ? kClusterChunkBytes / (2 * d * elemBytes) : kClusterMaxKeys;
 }
+// Scores: keys over lanes, dims over warps (docs/PERFORMANCE.md version 47). A warp takes 8
+// pieces of 8 dims (fewer at head dim 32) of 32 keys, one key per lane, so no lane waits on a
+// shuffle per key: the head dim falls into clusterScoreDimGroups slices (1, 1, 2, 4, 8 at head dim
+// 32 .. 512), the warps into that many slices times the key groups, and each slice's partial dot
+// products meet in shared memory, summed in slice order by the softmax (the same bits in every
+// block and launch).
+__host__ __device__ constexpr int clusterScorePiecesPerWarp(int d) { return d / 8 < 8 ? d / 8 : 8; }
+__host__ __device__ constexpr int clusterScoreDimGroups(int d) { return d / 8 / clusterScorePiecesPerWarp(d); }
 // Shared memory: K and V rows of a chunk, the current position's K and V rows, q, the chunk's
-// scores, then O, m, l, alpha (fp32).
+// scores (one slice per dim group), then O, m, l, alpha (fp32).
 __host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes, int group) {
     const std::size_t rowBytes = static_cast<std::size_t>(d) * elemBytes;
     const std::size_t keys = static_cast<std::size_t>(clusterChunkKeys(d, elemBytes));
-    return 2 * keys * rowBytes + 2 * rowBytes +
-           sizeof(float) * (2 * static_cast<std::size_t>(group) * d + static_cast<std::size_t>(group) * keys + 3 * kClusterMaxGroup);
+    const std::size_t scores = static_cast<std::size_t>(clusterScoreDimGroups(d)) * group * keys;
+    return 2 * keys * rowBytes + 2 * rowBytes + sizeof(float) * (2 * static_cast<std::size_t>(group) * d + scores + 3 * kClusterMaxGroup);
 }
 
 template <typename KvT>
@@ -511,26 +531,47 @@ __device__ __forceinline__ float kvElement(const unsigned char* row, int index) 
     if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
     else return kvToFloat<KvT>(reinterpret_cast<const KvT*>(row)[index]);
 }
-// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of one row.
-template <typename KvT, int N>
-__device__ __forceinline__ void loadLaneDims(const unsigned char* row, int lane, float (&v)[N]) {
+// The chunk's K rows are stored swizzled: the 16-byte column c of row r sits at column
+// c ^ (r & mask), mask = min(8, columns) − 1. The scores read the same column of 32 consecutive
+// rows in one instruction; unswizzled, those rows' columns share banks (rows are 128-byte
+// multiples apart). V rows stay plain (P·V reads along a row).
+template <int kRowBytes>
+__device__ __forceinline__ int swizzledColumn(int row, int column) {
+    constexpr int kColumns = kRowBytes / 16;
+    constexpr int kMask = (kColumns < 8 ? kColumns : 8) - 1;
+    return column ^ (row & kMask);
+}
+// Piece `piece` (8 elements) of swizzled K row `row` as floats.
+template <typename KvT, int kRowBytes>
+__device__ __forceinline__ void loadSwizzled8(const unsigned char* rows, int row, int piece, float (&v)[8]) {
+    const unsigned char* base = rows + row * kRowBytes;
+    constexpr int kColumnsPerPiece = static_cast<int>(sizeof(KvT)) / 2;  // 1, or 2 for fp32
+    load8At<KvT>(base + swizzledColumn<kRowBytes>(row, kColumnsPerPiece * piece) * 16,
+                 base + swizzledColumn<kRowBytes>(row, kColumnsPerPiece * piece + 1) * 16, v);
+}
+// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of swizzled K row `row`.
+template <typename KvT, int N, int kRowBytes>
+__device__ __forceinline__ void loadLaneDims(const unsigned char* rows, int row, int lane, float (&v)[N]) {
     if constexpr (N % 8 == 0) {
 #pragma unroll
         for (int i = 0; i < N / 8; ++i) {
             float t[8];
-            load8<KvT>(row, lane * (N / 8) + i, t);
+            loadSwizzled8<KvT, kRowBytes>(rows, row, lane * (N / 8) + i, t);
 #pragma unroll
             for (int k = 0; k < 8; ++k) v[i * 8 + k] = t[k];
         }
     } else {
+        const unsigned char* base = rows + row * kRowBytes;
+        constexpr int kElem = static_cast<int>(sizeof(KvT));
 #pragma unroll
-        for (int i = 0; i < N; ++i) v[i] = kvElement<KvT>(row, lane * N + i);
+        for (int i = 0; i < N; ++i) {
+            const int byte = (lane * N + i) * kElem;
+            v[i] = kvElement<KvT>(base + swizzledColumn<kRowBytes>(row, byte / 16) * 16, (byte % 16) / kElem);
+        }
     }
 }
 
-// G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G). At
-// G <= 4 each lane keeps its dims of q in registers; at 8 they would take 64 registers at d 256,
-// so the scores read q from shared memory.
+// G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G).
 // HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
@@ -542,10 +583,15 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     constexpr int kElem = static_cast<int>(sizeof(KvT));
     constexpr int kRowBytes = D * kElem;
     constexpr int KC = clusterChunkKeys(D, kElem);
-    constexpr int N = D / 32;                                     // dims per lane in the scores
+    constexpr int N = D / 32;                                     // dims per lane, warp-per-key scores
     constexpr int DT = D >= kClusterThreads ? D / kClusterThreads : 1;  // dims per thread in P·V
     constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
     constexpr int kClusterWarps = kClusterThreads / 32;
+    constexpr int kPiecesPerWarp = clusterScorePiecesPerWarp(D);
+    constexpr int kDimGroups = clusterScoreDimGroups(D);
+    static_assert(kDimGroups <= kClusterWarps && kClusterWarps % kDimGroups == 0, "the scores' warps split evenly");
+    constexpr int kKeyGroups = kClusterWarps / kDimGroups;
+    constexpr int kStepPieces = kPiecesPerWarp < 2 ? kPiecesPerWarp : 2;  // pieces loaded together
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.num_blocks());
     const int rank = static_cast<int>(cluster.block_rank());
@@ -564,7 +610,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     unsigned char* curV = curK + kRowBytes;
     float* qs = reinterpret_cast<float*>(curV + kRowBytes);
     float* sc = qs + g * D;
-    float* os = sc + g * KC;
+    float* os = sc + kDimGroups * g * KC;  // sc: one slice of g × KC partial scores per dim group
     float* mRow = os + g * D;
     float* lRow = mRow + kClusterMaxGroup;
     float* alphaRow = lRow + kClusterMaxGroup;
@@ -609,7 +655,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             std::int64_t slot = firstSlot + r;
             if (slot >= p.capacity) slot -= p.capacity;
             const std::int64_t off = slot * slotBytes + c * 16;
-            cpAsync16(kRows + r * kRowBytes + c * 16, kBase + off, true);
+            cpAsync16(kRows + r * kRowBytes + swizzledColumn<kRowBytes>(r, c) * 16, kBase + off, true);
             cpAsync16(vRows + r * kRowBytes + c * 16, vBase + off, true);
         }
         cpAsyncCommit();
@@ -627,7 +673,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             const std::int64_t off = (current % p.capacity) * slotBytes;
             const int row = static_cast<int>(current - bs);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
-                cpAsync16(kRows + row * kRowBytes + c * 16, kBase + off + c * 16, true);
+                cpAsync16(kRows + row * kRowBytes + swizzledColumn<kRowBytes>(row, c) * 16, kBase + off + c * 16, true);
                 cpAsync16(vRows + row * kRowBytes + c * 16, vBase + off + c * 16, true);
             }
             cpAsyncCommit();
@@ -672,16 +718,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     __syncthreads();  // q, the current rows and the stats are in place
     GEMMA_PHASE_MARK(2);  // the prologue: q (and the current K, V) normed and rotated
 
-    constexpr bool kQInRegisters = G <= 4;
-    float qv[kQInRegisters ? G : 1][N];
-    if constexpr (kQInRegisters) {
-#pragma unroll
-        for (int h = 0; h < G; ++h)
-            if (h < g) {
-#pragma unroll
-                for (int i = 0; i < N; ++i) qv[h][i] = qs[h * D + lane * N + i];
-            }
-    }
     float o[G][DT];
 #pragma unroll
     for (int h = 0; h < G; ++h)
@@ -697,36 +733,94 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         if (writesCurrent && current >= first && current < first + count) {
             const int row = static_cast<int>(current - first);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
-                reinterpret_cast<uint4*>(kRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curK)[c];
+                reinterpret_cast<uint4*>(kRows + row * kRowBytes)[swizzledColumn<kRowBytes>(row, c)] = reinterpret_cast<const uint4*>(curK)[c];
                 reinterpret_cast<uint4*>(vRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curV)[c];
             }
         }
         __syncthreads();
         GEMMA_PHASE_MARK(3);  // the chunk arrived
 
-        // Scores: warp per key, lanes over the dims.
-        for (int t = warp; t < count; t += kClusterWarps) {
-            float kv[N];
-            loadLaneDims<KvT, N>(kRows + t * kRowBytes, lane, kv);
+        // Scores, left unscaled in sc's slices (the softmax sums them and scales). Two forms, by
+        // the chunk's key count (docs/PERFORMANCE.md version 47):
+        // - short chunks (< kKeysOverLanesFrom keys): warp per key, lanes over the dims, a shuffle
+        //   sum per head; a warp runs a key or two, and each is one short chain. Slice 0 only.
+        // - longer chunks: lane per key, warp = (key group, dim group). Each lane sums its key's
+        //   dims of the warp's pieces against q (broadcast from shared memory) in two chains (even
+        //   and odd pieces) and leaves the partial in its dim group's slice: no shuffle per key, so
+        //   a warp's time no longer grows with its keys (at a full 12b window, 64 keys per block:
+        //   2.2 µs of scores in the warp-per-key form).
+        const bool keysOverLanes = count >= kKeysOverLanesFrom;
+        if (keysOverLanes) {
+            const int dimGroup = warp % kDimGroups;
+            const int keyGroup = warp / kDimGroups;
+            for (int first = keyGroup * 32; first < count; first += 32 * kKeyGroups) {
+                const int t = first + lane;
+                // A lane past the chunk reads row 0 (loaded: count >= 32) and stores nothing, so
+                // the loads need no branch.
+                const int row = t < count ? t : 0;
+                float acc[2][G];
 #pragma unroll
-            for (int h = 0; h < G; ++h) {
-                if (h < g) {
-                    float s = 0.0f;
+                for (int h = 0; h < G; ++h) acc[0][h] = acc[1][h] = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < N; ++i) s = fmaf(kQInRegisters ? qv[kQInRegisters ? h : 0][i] : qs[h * D + lane * N + i], kv[i], s);
-                    s = warpSum(s);
-                    if (lane == 0) sc[h * KC + t] = s * p.scale;
+                for (int step = 0; step < kPiecesPerWarp / kStepPieces; ++step) {
+                    float kv[kStepPieces][8];
+#pragma unroll
+                    for (int i = 0; i < kStepPieces; ++i)
+                        loadSwizzled8<KvT, kRowBytes>(kRows, row, dimGroup * kPiecesPerWarp + step * kStepPieces + i, kv[i]);
+#pragma unroll
+                    for (int h = 0; h < G; ++h) {
+                        if (h < g) {
+#pragma unroll
+                            for (int i = 0; i < kStepPieces; ++i) {
+                                const float* qPiece = qs + h * D + (dimGroup * kPiecesPerWarp + step * kStepPieces + i) * 8;
+                                const float4 qa = *reinterpret_cast<const float4*>(qPiece);
+                                const float4 qb = *reinterpret_cast<const float4*>(qPiece + 4);
+                                const float q8[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                                for (int e = 0; e < 8; ++e) acc[i & 1][h] = fmaf(q8[e], kv[i][e], acc[i & 1][h]);
+                            }
+                        }
+                    }
+                }
+                if (t < count) {
+#pragma unroll
+                    for (int h = 0; h < G; ++h)
+                        if (h < g) sc[(dimGroup * g + h) * KC + t] = acc[0][h] + acc[1][h];
+                }
+            }
+        } else {
+            for (int t = warp; t < count; t += kClusterWarps) {
+                float kv[N];
+                loadLaneDims<KvT, N, kRowBytes>(kRows, t, lane, kv);
+#pragma unroll
+                for (int h = 0; h < G; ++h) {
+                    if (h < g) {
+                        float s = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < N; ++i) s = fmaf(qs[h * D + lane * N + i], kv[i], s);
+                        s = warpSum(s);
+                        if (lane == 0) sc[h * KC + t] = s;
+                    }
                 }
             }
         }
         __syncthreads();
         GEMMA_PHASE_MARK(4);  // scores
 
-        // Online softmax: warp h for head h.
+        // Online softmax: warp h for head h; the score is slice 0 (plus, keys over lanes, the other
+        // dim groups' slices in slice order) times the scale, left in slice 0.
         if (warp < g) {
             const int h = warp;
             float tmax = -INFINITY;
-            for (int t = lane; t < count; t += 32) tmax = fmaxf(tmax, sc[h * KC + t]);
+            for (int t = lane; t < count; t += 32) {
+                float s = sc[h * KC + t];
+                if (keysOverLanes)
+#pragma unroll
+                    for (int d = 1; d < kDimGroups; ++d) s += sc[(d * g + h) * KC + t];
+                s *= p.scale;
+                sc[h * KC + t] = s;
+                tmax = fmaxf(tmax, s);
+            }
             tmax = warpMax(tmax);
             const float mOld = mRow[h];
             const float mNew = fmaxf(mOld, tmax);

@@ -1022,6 +1022,10 @@ int main() {
         {"12b sliding pos 600 f32 cluster of 8", 16, 8, 256, 1024, 1055, F, 600, false, 128, 8},
         {"12b sliding len1 f32", 16, 8, 256, 1024, 1055, F, 0, false, 128},
         {"12b sliding ring wrap f32", 16, 8, 256, 1024, 1055, F, 5000, false, 128, 0, true},
+        // The engine's default cache (fp16 in every layer, docs/PERFORMANCE.md version 41) at the
+        // benchmark's short band and over a full window: the cluster scores' timings (version 47).
+        {"12b sliding pos 150 f16", 16, 8, 256, 1024, 1055, F16, 150, false, 128, 0, true},
+        {"12b sliding ring wrap f16", 16, 8, 256, 1024, 1055, F16, 5000, false, 128, 0, true},
         {"12b full pos 3000 f32", 16, 1, 512, 0, 4096, F, 3000, false, 64},
         {"12b full pos 3000 f16", 16, 1, 512, 0, 4096, F16, 3000, false, 64},
         // The 12b's full layer at the benchmark's short band, timed: ≈ 14 µs per layer in the
