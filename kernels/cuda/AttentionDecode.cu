@@ -500,11 +500,6 @@ constexpr int kClusterChunkBytes = GEMMA_CLUSTER_CHUNK_BYTES;
 constexpr int kClusterMaxKeys = 256;           // keys per chunk at most (small head dims)
 constexpr int kClusterMaxGroup = kClusterAttentionMaxGroup;  // query heads per kv head (AttentionDecode.h)
 constexpr int kClusterMaxSize = 16;
-// The scores' form by a chunk's key count: from this many keys, lane per key (see "Scores" in the
-// kernel); below, warp per key. Version 47's phases (H100, 12b sliding layer, fp16 cache): at
-// ≈ 10 keys per block the warp-per-key form took 0.56 µs against 1.19, at 64 keys 2.16 against
-// 1.17 (≈ 0.25 µs per key per warp against a flat cost).
-constexpr int kKeysOverLanesFrom = 32;
 
 __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
     return kClusterChunkBytes / (2 * d * elemBytes) < kClusterMaxKeys ? kClusterChunkBytes / (2 * d * elemBytes) : kClusterMaxKeys;
@@ -515,14 +510,25 @@ __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
 // 32 .. 512), the warps into that many slices times the key groups, and each slice's partial dot
 // products meet in shared memory, summed in slice order by the softmax (the same bits in every
 // block and launch).
+// Where it is compiled in and from how many keys per chunk: clusterKeysOverLanes and
+// kClusterKeysOverLanesFrom (AttentionDecode.h).
 __host__ __device__ constexpr int clusterScorePiecesPerWarp(int d) { return d / 8 < 8 ? d / 8 : 8; }
-__host__ __device__ constexpr int clusterScoreDimGroups(int d) { return d / 8 / clusterScorePiecesPerWarp(d); }
+constexpr int clusterScoreDimGroups(int d, bool headSplit) {
+    return clusterKeysOverLanes(d, headSplit) ? d / 8 / clusterScorePiecesPerWarp(d) : 1;
+}
+// The two for a kernel instance, as constants device code may read (the header's functions are
+// host-only).
+template <int D, bool HEADSPLIT>
+struct ClusterScoreForm {
+    static constexpr bool keysOverLanes = clusterKeysOverLanes(D, HEADSPLIT);
+    static constexpr int dimGroups = clusterScoreDimGroups(D, HEADSPLIT);
+};
 // Shared memory: K and V rows of a chunk, the current position's K and V rows, q, the chunk's
 // scores (one slice per dim group), then O, m, l, alpha (fp32).
-__host__ __device__ constexpr std::size_t clusterSmemBytes(int d, int elemBytes, int group) {
+constexpr std::size_t clusterSmemBytes(int d, int elemBytes, int group, bool headSplit) {
     const std::size_t rowBytes = static_cast<std::size_t>(d) * elemBytes;
     const std::size_t keys = static_cast<std::size_t>(clusterChunkKeys(d, elemBytes));
-    const std::size_t scores = static_cast<std::size_t>(clusterScoreDimGroups(d)) * group * keys;
+    const std::size_t scores = static_cast<std::size_t>(clusterScoreDimGroups(d, headSplit)) * group * keys;
     return 2 * keys * rowBytes + 2 * rowBytes + sizeof(float) * (2 * static_cast<std::size_t>(group) * d + scores + 3 * kClusterMaxGroup);
 }
 
@@ -531,32 +537,33 @@ __device__ __forceinline__ float kvElement(const unsigned char* row, int index) 
     if constexpr (sizeof(KvT) == 4) return reinterpret_cast<const float*>(row)[index];
     else return kvToFloat<KvT>(reinterpret_cast<const KvT*>(row)[index]);
 }
-// The chunk's K rows are stored swizzled: the 16-byte column c of row r sits at column
-// c ^ (r & mask), mask = min(8, columns) − 1. The scores read the same column of 32 consecutive
-// rows in one instruction; unswizzled, those rows' columns share banks (rows are 128-byte
-// multiples apart). V rows stay plain (P·V reads along a row).
-template <int kRowBytes>
+// With keys over lanes (kSwizzled), the chunk's K rows are stored swizzled: the 16-byte column c
+// of row r sits at column c ^ (r & mask), mask = min(8, columns) − 1. Those scores read the same
+// column of 32 consecutive rows in one instruction; unswizzled, those rows' columns share banks
+// (rows are 128-byte multiples apart). V rows stay plain (P·V reads along a row). Without
+// kSwizzled the column is c.
+template <int kRowBytes, bool kSwizzled>
 __device__ __forceinline__ int swizzledColumn(int row, int column) {
     constexpr int kColumns = kRowBytes / 16;
     constexpr int kMask = (kColumns < 8 ? kColumns : 8) - 1;
-    return column ^ (row & kMask);
+    return kSwizzled ? column ^ (row & kMask) : column;
 }
-// Piece `piece` (8 elements) of swizzled K row `row` as floats.
-template <typename KvT, int kRowBytes>
+// Piece `piece` (8 elements) of K row `row` as floats.
+template <typename KvT, int kRowBytes, bool kSwizzled>
 __device__ __forceinline__ void loadSwizzled8(const unsigned char* rows, int row, int piece, float (&v)[8]) {
     const unsigned char* base = rows + row * kRowBytes;
     constexpr int kColumnsPerPiece = static_cast<int>(sizeof(KvT)) / 2;  // 1, or 2 for fp32
-    load8At<KvT>(base + swizzledColumn<kRowBytes>(row, kColumnsPerPiece * piece) * 16,
-                 base + swizzledColumn<kRowBytes>(row, kColumnsPerPiece * piece + 1) * 16, v);
+    load8At<KvT>(base + swizzledColumn<kRowBytes, kSwizzled>(row, kColumnsPerPiece * piece) * 16,
+                 base + swizzledColumn<kRowBytes, kSwizzled>(row, kColumnsPerPiece * piece + 1) * 16, v);
 }
-// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of swizzled K row `row`.
-template <typename KvT, int N, int kRowBytes>
+// A lane's N = D/32 consecutive dims [lane·N, lane·N + N) of K row `row`.
+template <typename KvT, int N, int kRowBytes, bool kSwizzled>
 __device__ __forceinline__ void loadLaneDims(const unsigned char* rows, int row, int lane, float (&v)[N]) {
     if constexpr (N % 8 == 0) {
 #pragma unroll
         for (int i = 0; i < N / 8; ++i) {
             float t[8];
-            loadSwizzled8<KvT, kRowBytes>(rows, row, lane * (N / 8) + i, t);
+            loadSwizzled8<KvT, kRowBytes, kSwizzled>(rows, row, lane * (N / 8) + i, t);
 #pragma unroll
             for (int k = 0; k < 8; ++k) v[i * 8 + k] = t[k];
         }
@@ -566,7 +573,7 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* rows, int row,
 #pragma unroll
         for (int i = 0; i < N; ++i) {
             const int byte = (lane * N + i) * kElem;
-            v[i] = kvElement<KvT>(base + swizzledColumn<kRowBytes>(row, byte / 16) * 16, (byte % 16) / kElem);
+            v[i] = kvElement<KvT>(base + swizzledColumn<kRowBytes, kSwizzled>(row, byte / 16) * 16, (byte % 16) / kElem);
         }
     }
 }
@@ -588,7 +595,8 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     constexpr int kPairs = D / 64 > 0 ? D / 64 : 1;
     constexpr int kClusterWarps = kClusterThreads / 32;
     constexpr int kPiecesPerWarp = clusterScorePiecesPerWarp(D);
-    constexpr int kDimGroups = clusterScoreDimGroups(D);
+    constexpr bool kLanes = ClusterScoreForm<D, HEADSPLIT>::keysOverLanes;  // keys over lanes compiled in
+    constexpr int kDimGroups = ClusterScoreForm<D, HEADSPLIT>::dimGroups;
     static_assert(kDimGroups <= kClusterWarps && kClusterWarps % kDimGroups == 0, "the scores' warps split evenly");
     constexpr int kKeyGroups = kClusterWarps / kDimGroups;
     constexpr int kStepPieces = kPiecesPerWarp < 2 ? kPiecesPerWarp : 2;  // pieces loaded together
@@ -655,7 +663,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             std::int64_t slot = firstSlot + r;
             if (slot >= p.capacity) slot -= p.capacity;
             const std::int64_t off = slot * slotBytes + c * 16;
-            cpAsync16(kRows + r * kRowBytes + swizzledColumn<kRowBytes>(r, c) * 16, kBase + off, true);
+            cpAsync16(kRows + r * kRowBytes + swizzledColumn<kRowBytes, kLanes>(r, c) * 16, kBase + off, true);
             cpAsync16(vRows + r * kRowBytes + c * 16, vBase + off, true);
         }
         cpAsyncCommit();
@@ -673,7 +681,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             const std::int64_t off = (current % p.capacity) * slotBytes;
             const int row = static_cast<int>(current - bs);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
-                cpAsync16(kRows + row * kRowBytes + swizzledColumn<kRowBytes>(row, c) * 16, kBase + off + c * 16, true);
+                cpAsync16(kRows + row * kRowBytes + swizzledColumn<kRowBytes, kLanes>(row, c) * 16, kBase + off + c * 16, true);
                 cpAsync16(vRows + row * kRowBytes + c * 16, vBase + off + c * 16, true);
             }
             cpAsyncCommit();
@@ -718,6 +726,19 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     __syncthreads();  // q, the current rows and the stats are in place
     GEMMA_PHASE_MARK(2);  // the prologue: q (and the current K, V) normed and rotated
 
+    // The warp-per-key scores: where keys over lanes is not compiled in, at G <= 4 each lane keeps
+    // its dims of q in registers (at 8 they would take 64 registers at d 256). With keys over lanes
+    // q stays in shared memory for both forms: registers live across the loop spilled.
+    constexpr bool kQInRegisters = G <= 4 && !kLanes;
+    float qv[kQInRegisters ? G : 1][N];
+    if constexpr (kQInRegisters) {
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            if (h < g) {
+#pragma unroll
+                for (int i = 0; i < N; ++i) qv[h][i] = qs[h * D + lane * N + i];
+            }
+    }
     float o[G][DT];
 #pragma unroll
     for (int h = 0; h < G; ++h)
@@ -733,23 +754,24 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         if (writesCurrent && current >= first && current < first + count) {
             const int row = static_cast<int>(current - first);
             for (int c = tid; c < kChunks16; c += kClusterThreads) {
-                reinterpret_cast<uint4*>(kRows + row * kRowBytes)[swizzledColumn<kRowBytes>(row, c)] = reinterpret_cast<const uint4*>(curK)[c];
+                reinterpret_cast<uint4*>(kRows + row * kRowBytes)[swizzledColumn<kRowBytes, kLanes>(row, c)] = reinterpret_cast<const uint4*>(curK)[c];
                 reinterpret_cast<uint4*>(vRows + row * kRowBytes)[c] = reinterpret_cast<const uint4*>(curV)[c];
             }
         }
         __syncthreads();
         GEMMA_PHASE_MARK(3);  // the chunk arrived
 
-        // Scores, left unscaled in sc's slices (the softmax sums them and scales). Two forms, by
-        // the chunk's key count (docs/PERFORMANCE.md version 47):
-        // - short chunks (< kKeysOverLanesFrom keys): warp per key, lanes over the dims, a shuffle
-        //   sum per head; a warp runs a key or two, and each is one short chain. Slice 0 only.
+        // Scores into sc's slices. Two forms, by the chunk's key count (docs/PERFORMANCE.md
+        // version 47), where keys over lanes is compiled in (kLanes; elsewhere the first only):
+        // - short chunks (< kClusterKeysOverLanesFrom keys): warp per key, lanes over the dims, a
+        //   shuffle sum per head into slice 0 (scaled here without kLanes, by the softmax with);
+        //   a warp runs a key or two, and each is one short chain.
         // - longer chunks: lane per key, warp = (key group, dim group). Each lane sums its key's
         //   dims of the warp's pieces against q (broadcast from shared memory) in two chains (even
-        //   and odd pieces) and leaves the partial in its dim group's slice: no shuffle per key, so
-        //   a warp's time no longer grows with its keys (at a full 12b window, 64 keys per block:
-        //   2.2 µs of scores in the warp-per-key form).
-        const bool keysOverLanes = count >= kKeysOverLanesFrom;
+        //   and odd pieces) and leaves the unscaled partial in its dim group's slice: no shuffle
+        //   per key, so a warp's time no longer grows with its keys (at a full 12b window, 64 keys
+        //   per block: 2.2 µs of scores warp per key, 0.9 µs this way).
+        const bool keysOverLanes = kLanes && count >= kClusterKeysOverLanesFrom;
         if (keysOverLanes) {
             const int dimGroup = warp % kDimGroups;
             const int keyGroup = warp / kDimGroups;
@@ -766,7 +788,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
                     float kv[kStepPieces][8];
 #pragma unroll
                     for (int i = 0; i < kStepPieces; ++i)
-                        loadSwizzled8<KvT, kRowBytes>(kRows, row, dimGroup * kPiecesPerWarp + step * kStepPieces + i, kv[i]);
+                        loadSwizzled8<KvT, kRowBytes, kLanes>(kRows, row, dimGroup * kPiecesPerWarp + step * kStepPieces + i, kv[i]);
 #pragma unroll
                     for (int h = 0; h < G; ++h) {
                         if (h < g) {
@@ -791,15 +813,15 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         } else {
             for (int t = warp; t < count; t += kClusterWarps) {
                 float kv[N];
-                loadLaneDims<KvT, N, kRowBytes>(kRows, t, lane, kv);
+                loadLaneDims<KvT, N, kRowBytes, kLanes>(kRows, t, lane, kv);
 #pragma unroll
                 for (int h = 0; h < G; ++h) {
                     if (h < g) {
                         float s = 0.0f;
 #pragma unroll
-                        for (int i = 0; i < N; ++i) s = fmaf(qs[h * D + lane * N + i], kv[i], s);
+                        for (int i = 0; i < N; ++i) s = fmaf(kQInRegisters ? qv[kQInRegisters ? h : 0][i] : qs[h * D + lane * N + i], kv[i], s);
                         s = warpSum(s);
-                        if (lane == 0) sc[h * KC + t] = s;
+                        if (lane == 0) sc[h * KC + t] = kLanes ? s : s * p.scale;  // kLanes: scaled by the softmax
                     }
                 }
             }
@@ -807,18 +829,21 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         __syncthreads();
         GEMMA_PHASE_MARK(4);  // scores
 
-        // Online softmax: warp h for head h; the score is slice 0 (plus, keys over lanes, the other
-        // dim groups' slices in slice order) times the scale, left in slice 0.
+        // Online softmax: warp h for head h. Where keys over lanes is compiled in, the score is
+        // slice 0 (plus, in that form, the other dim groups' slices in slice order) times the
+        // scale, left in slice 0; elsewhere the warp-per-key form stored it scaled.
         if (warp < g) {
             const int h = warp;
             float tmax = -INFINITY;
             for (int t = lane; t < count; t += 32) {
                 float s = sc[h * KC + t];
-                if (keysOverLanes)
+                if constexpr (kLanes) {
+                    if (keysOverLanes)
 #pragma unroll
-                    for (int d = 1; d < kDimGroups; ++d) s += sc[(d * g + h) * KC + t];
-                s *= p.scale;
-                sc[h * KC + t] = s;
+                        for (int d = 1; d < kDimGroups; ++d) s += sc[(d * g + h) * KC + t];
+                    s *= p.scale;
+                    sc[h * KC + t] = s;
+                }
                 tmax = fmaxf(tmax, s);
             }
             tmax = warpMax(tmax);
@@ -1035,7 +1060,7 @@ cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
     constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT>;
-    const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G));
+    const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G, HEADSPLIT));
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err == cudaSuccess) prepared = device;
@@ -1073,7 +1098,7 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
         cudaLaunchConfig_t config{};
         config.gridDim = dim3(static_cast<unsigned>(c), static_cast<unsigned>(p.kvHeads * kSplit), 1);
         config.blockDim = dim3(kClusterThreads);
-        config.dynamicSmemBytes = clusterSmemBytes(D, sizeof(KvT), g);
+        config.dynamicSmemBytes = clusterSmemBytes(D, sizeof(KvT), g, HEADSPLIT);
         config.attrs = &attribute;
         config.numAttrs = 1;
         int active = 0;
@@ -1095,7 +1120,7 @@ cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int dev
         if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
     if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT>(device); err != cudaSuccess) return err;
     constexpr int kSplit = HEADSPLIT ? 2 : 1;
-    const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit);
+    const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit, HEADSPLIT);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads * kSplit), 1);
     return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
                             p.programmaticLaunch, static_cast<unsigned>(size), p);
@@ -1210,7 +1235,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         if (p.clusterHeadSplit > 1 && (p.clusterHeadSplit != 2 || !clusterHeadSplitFits(p.headDim, g))) return KernelStatus::InvalidArgument;
         if (p.fuseNormRope && !normRopeDescribes(p)) return KernelStatus::InvalidArgument;
         if (facts.computeMajor < 9) return KernelStatus::Unsupported;
-        if (clusterSmemBytes(p.headDim, static_cast<int>(eb), g) > static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
+        if (clusterSmemBytes(p.headDim, static_cast<int>(eb), g, p.clusterHeadSplit == 2) > static_cast<std::size_t>(facts.maxSharedPerBlockOptin))
             return KernelStatus::Unsupported;
         const int size = clusterSize(p, facts);
         if (size < 1) return p.splits > 0 ? KernelStatus::InvalidArgument : KernelStatus::Unsupported;

@@ -114,6 +114,21 @@ inline constexpr bool clusterHeadSplitFits(int headDim, int group) { return head
 // e2b; decode +1 % and +3 %). A group of 2 (12b, 31b) loses: its one cluster per kv head already
 // holds q in registers, and the split only reads the band twice (harness: 14.2 → 17.2 µs).
 inline constexpr bool clusterHeadSplitPays(int headDim, int group) { return clusterHeadSplitFits(headDim, group) && group >= 4; }
+// The cluster form's scores (AttentionDecode.cu, "Scores"; docs/PERFORMANCE.md version 47): keys
+// over lanes for a chunk of at least kClusterKeysOverLanesFrom keys where compiled in, warp per key
+// otherwise. Version 47's phases (H100, 12b sliding layer, fp16 cache): at ≈ 10 keys per block
+// warp per key took 0.56 µs of scores against keys over lanes' 0.74-1.19, at 64 keys 2.16 µs
+// against 0.87 (≈ 0.25 µs per key per warp against a nearly flat cost).
+inline constexpr int kClusterKeysOverLanesFrom = 32;
+// Where keys over lanes is compiled in: one cluster per kv head at head dim 256, the 12b's and the
+// 31b's sliding layers, where version 47 measured it (depth 32768: 12b +0.86 %, 31b +1.6 %; short
+// contexts tied). The e4b lost 1 % at the short context with it in every instance (its sliding
+// layers split their heads over two clusters, its full layers are head dim 512) and the cause is
+// not isolated, so the other instances keep the warp-per-key form alone, with q in registers.
+// The two forms sum a score's products in different orders, so the head split gives one cluster
+// per kv head's bits only where every block's piece of the band is shorter than
+// kClusterKeysOverLanesFrom (a chunk holds at least that many keys at head dim 256).
+inline constexpr bool clusterKeysOverLanes(int headDim, bool headSplit) { return headDim == 256 && !headSplit; }
 // The longest band (keys) up to which a full layer (head dim 512, one decode row) is faster as the
 // cluster form than as the norm + RoPE kernel, the tensor-core pieces and the merge kernel; 0
 // where it never is. The cluster form reads the band on 16 blocks per kv head, so its time grows
