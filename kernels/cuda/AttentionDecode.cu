@@ -482,9 +482,10 @@ __global__ void __launch_bounds__(kThreads) attentionMergeKernel(
 // query's position, that position's K and V (written to the cache, and into its own shared rows
 // straight from registers: nothing reads the slot back this launch). It loads its piece's K and V
 // rows in chunks of up to kClusterChunkBytes (cp.async, all rows of a chunk in flight at once), and
-// per chunk: scores (keys over lanes, dims over warps; see "Scores" below), softmax per head
-// (warp per head, all heads at once), O += P·V (thread per dim). The blocks then merge through distributed shared
-// memory instead of global partials, a fence and a counter: each block leaves (O, m, l) in its
+// per chunk: scores (warp per key, or keys over lanes for longer chunks where compiled in; see
+// "Scores" below), softmax per head (warp per head, all heads at once), O += P·V (thread per dim).
+// The blocks then merge through distributed shared memory instead of global partials, a fence and
+// a counter: each block leaves (O, m, l) in its
 // shared memory, the cluster barrier publishes them, block r combines dims [r·D/C, (r+1)·D/C) of
 // every head from all C blocks (the merge kernel's formula, peers in rank order), writes them to
 // `out`, and a second barrier keeps every block's shared memory alive until its peers have read
@@ -506,9 +507,10 @@ __host__ __device__ constexpr int clusterChunkKeys(int d, int elemBytes) {
 }
 // Scores: keys over lanes, dims over warps (docs/PERFORMANCE.md version 47). A warp takes 8
 // pieces of 8 dims (fewer at head dim 32) of 32 keys, one key per lane, so no lane waits on a
-// shuffle per key: the head dim falls into clusterScoreDimGroups slices (1, 1, 2, 4, 8 at head dim
-// 32 .. 512), the warps into that many slices times the key groups, and each slice's partial dot
-// products meet in shared memory, summed in slice order by the softmax (the same bits in every
+// shuffle per key: the head dim falls into clusterScoreDimGroups slices (4 at head dim 256; the
+// code takes any head dim, 1 to 8 slices, and version 47's first form ran every instance through
+// test_attention), the warps into that many slices times the key groups, and each slice's partial
+// dot products meet in shared memory, summed in slice order by the softmax (the same bits in every
 // block and launch).
 // Where it is compiled in and from how many keys per chunk: clusterKeysOverLanes and
 // kClusterKeysOverLanesFrom (AttentionDecode.h).
