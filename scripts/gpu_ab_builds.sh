@@ -40,7 +40,8 @@
 #                    'MmaKernel<true' for each layer's GeGLU; GEMMA_AB_STEP_FOLD: a regex whose matches
 #                    in kernel names are ignored, e.g. '__half|float' to match one kernel over cache types)
 # Output: $OUT/ab.txt: the parity summary and per-model figures, the harnesses' summaries, the
-# SASS hot paths and the phases where asked, then per run the bench markdown.
+# SASS hot paths and the phases where asked, then per run the bench markdown; lines "--- at N s:
+# ..." say when each stage ended (seconds since the script started: what the builds cost).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -71,16 +72,21 @@ build_engine "$root" /tmp/gemma-build "$out/build.log" gemma-bench gpu_parity_te
 for b in "${bases[@]}"; do buildBase "$b" || { tail -40 "$out/build.log"; exit 1; }; done
 rm -f "$out/build.log"
 : > "$out/ab.txt"
+# Where the call's time goes (a fresh machine builds every tree from nothing): seconds since start.
+stamp() { echo "--- at ${SECONDS} s: $1" >> "$out/ab.txt"; }
+stamp "engine builds done (working tree and ${#bases[@]} base(s))"
 if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
   bash scripts/gpu_parity.sh /tmp/gemma-build "$out" | tee "$out/ab.txt"
   grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"
   grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
+  stamp "parity done"
 fi
 if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
   source scripts/lib/build_harnesses.sh
   build_harnesses /tmp/gemma-kernels-build "$out/harness-build.log" ${GEMMA_AB_HARNESSES} | tee -a "$out/ab.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || exit 1
   rm -f "$out/harness-build.log"
+  stamp "harnesses built"
   for h in ${GEMMA_AB_HARNESSES}; do
     timeout 400 "/tmp/gemma-kernels-build/$h" > "$out/$h.log" 2>&1
     rc=$?
@@ -88,6 +94,7 @@ if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
     [ $rc = 0 ] || exit 1
     rm -f "$out/$h.log"
   done
+  stamp "harnesses run"
 fi
 if [ -n "${GEMMA_AB_SASS:-}" ]; then
   sassPath() {  # sassPath BUILD LABEL
@@ -119,6 +126,7 @@ if [ -n "${GEMMA_AB_PHASES:-}" ]; then
   }
   for b in "${bases[@]}"; do phases "$(baseSource "$b")" "$(basename "$b")"; done
   phases "$root" new
+  stamp "phases built and run"
 fi
 markdown=$(mktemp)
 stepDir=$(mktemp -d)
@@ -151,6 +159,7 @@ for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
     runBench /tmp/gemma-build/app/cli/gemma-bench "$label" $v
   done
 done
+[ "${GEMMA_AB_ROUNDS:-2}" -gt 0 ] && stamp "rounds done"
 if [ ${#stepRuns[@]} -gt 0 ]; then
   { echo "=== step timelines (scripts/compare_step_timelines.py)"
     python3 scripts/compare_step_timelines.py --top "${GEMMA_AB_STEP_TOP:-10}" ${GEMMA_AB_STEP_EACH:+--each "$GEMMA_AB_STEP_EACH"} \
