@@ -895,26 +895,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             // At head dim 512 (two dims per thread) only the key-at-a-time loop runs: the four keys'
             // p beside its q registers spilled.
             int t = 0;
-            if constexpr (DT == 1 && kLanes) {
-                // Eight keys at a time with their V elements loaded before any multiply-add, so
-                // that the loads of a group overlap (docs/PERFORMANCE.md version 47, lever 5's
-                // P·V candidate): the same multiply-adds per head in the same key order, the same
-                // bits. Only where keys over lanes is compiled in (no q registers live here).
-                for (; t + 8 <= count; t += 8) {
-                    float v8[8];
-#pragma unroll
-                    for (int k = 0; k < 8; ++k) v8[k] = kvElement<KvT>(vRows + (t + k) * kRowBytes, tid);
-#pragma unroll
-                    for (int h = 0; h < G; ++h)
-                        if (h < g) {
-                            const float4 pa = *reinterpret_cast<const float4*>(sc + h * KC + t);
-                            const float4 pb = *reinterpret_cast<const float4*>(sc + h * KC + t + 4);
-                            const float p8[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
-#pragma unroll
-                            for (int k = 0; k < 8; ++k) o[h][0] = fmaf(p8[k], v8[k], o[h][0]);
-                        }
-                }
-            }
             if constexpr (DT == 1) {
                 for (; t + 4 <= count; t += 4) {
                     float4 pr[G];
