@@ -604,10 +604,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
             gc::AttentionDecodeParams sameSize = split;
             sameSize.splits = gc::attentionDecodeSplits(c);
             const bool cachesSame = repeatedLaunches(sameSize, [&](const std::vector<float>& out) { other = out; });
-            std::int64_t band = static_cast<std::int64_t>(f.position) + 1;
-            if (f.window > 0) band = std::min<std::int64_t>(band, f.window);
-            band = std::min<std::int64_t>(band, f.capacity);
-            const std::int64_t piece = (band + sameSize.splits - 1) / sameSize.splits;
+            const std::int64_t piece = (len - start + sameSize.splits - 1) / sameSize.splits;  // keys per block
             const bool sameForm = !gc::clusterKeysOverLanes(d, false) || piece < gc::kClusterKeysOverLanesFrom;
             const std::string at = "cluster size " + std::to_string(sameSize.splits) + ", " + std::to_string(piece) + " keys per block";
             if (sameForm) {
