@@ -76,7 +76,7 @@ rm -f "$out/build.log"
 stamp() { echo "--- at ${SECONDS} s: $1" >> "$out/ab.txt"; }
 stamp "engine builds done (working tree and ${#bases[@]} base(s))"
 if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
-  bash scripts/gpu_parity.sh /tmp/gemma-build "$out" | tee "$out/ab.txt"
+  bash scripts/gpu_parity.sh /tmp/gemma-build "$out" | tee -a "$out/ab.txt"  # after the first stamp
   grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"
   grep -q "FAILED" "$out/gpu_parity.log" || rm -f "$out/gpu_parity.log"
   stamp "parity done"
