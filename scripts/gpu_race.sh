@@ -12,7 +12,11 @@
 #   GPU_RACE_JOBS       jobs at once (default: the CPU count)
 #   GPU_RACE_TIMEOUT    seconds per job (default 420: the slowest shard of 42 took ≈ 240 s alone in
 #                       version 22, before steps 8 and 9 added checks to every fused case)
-# Builds the harnesses (as scripts/gpu_kernels.sh does) when /tmp/gemma-kernels-build lacks them.
+#   GEMMA_FIXTURES      passed through to test_attention: only the fixtures whose name holds this
+#                       substring (e.g. "sliding": every head-dim-256 layer, where a change to one
+#                       kernel instance can be checked without the rest), sharded among themselves
+# Builds the harnesses it checks (as scripts/gpu_kernels.sh does) when /tmp/gemma-kernels-build
+# lacks them.
 # Output: $OUT/race.txt, a line per job (exit status, checks, racecheck summary) and a total.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +32,7 @@ start=$(date +%s)
 for h in $HARNESSES; do
   if [[ ! -x "$BUILD/$h" ]]; then
     source "$ROOT/scripts/lib/build_harnesses.sh"
-    build_harnesses "$BUILD" "$OUT/build.log" || exit 1
+    build_harnesses "$BUILD" "$OUT/build.log" $HARNESSES || exit 1
     break
   fi
 done
@@ -64,7 +68,7 @@ xargs -P "$JOBS" -L 1 bash -c 'run_job "$0" "$1"' < "$jobs_file" | sort -V > "$O
 
 total=$(wc -l < "$OUT/race.txt")
 clean=$(grep -c "rc=0 .*0 hazards displayed (0 errors, 0 warnings)" "$OUT/race.txt")
-echo "racecheck: $clean of $total jobs clean in $(( $(date +%s) - start )) s (jobs at once: $JOBS, timeout $TIMEOUT s)" >> "$OUT/race.txt"
+echo "racecheck: $clean of $total jobs clean${GEMMA_FIXTURES:+ (fixtures holding \"$GEMMA_FIXTURES\")} in $(( $(date +%s) - start )) s (jobs at once: $JOBS, timeout $TIMEOUT s)" >> "$OUT/race.txt"
 # A failing job's log explains it (at most three come back).
 grep -v "rc=0 " "$OUT/race.txt" | grep -v "^racecheck:" | head -3 | while read -r h shard _; do
   cp "$BUILD/race/$h.${shard//\//-of-}.log" "$OUT/" 2>/dev/null
