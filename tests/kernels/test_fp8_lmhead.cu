@@ -2,13 +2,16 @@
 //   lm_head matvec + softcap (kernels/cuda/Fp8LmHead.cu), embedding gather (Embedding.cu),
 //   argmax (Argmax.cu).
 // FP64 host references over the same stored codes/scales; outputs poisoned with NaN; x padded
-// with NaN past H. Information only: lm_head GB/s (CUDA events, median, table rotated past L2).
+// with NaN past H. Information only: lm_head GB/s (CUDA events, median, table rotated past L2) and
+// the embedding gather's and the argmax's times per launch (full mode).
 // Programmatic launch: x (lm_head) and the token ids (gather) written by a delayed producer kernel
 // (HarnessCommon.h Producer), the kernel launched programmatically after it, 10 rounds each.
 #include "../../kernels/cuda/Argmax.cu"
 #include "../../kernels/cuda/Embedding.cu"
 #include "../../kernels/cuda/Fp8LmHead.cu"
 #include "HarnessCommon.h"
+
+#include <numeric>
 
 using namespace harness;
 namespace gc = gemma::cuda;
@@ -132,7 +135,12 @@ void lmHeadCase(std::int64_t vocab, std::int64_t hidden, int rows, float cap, st
     }
 }
 
-void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng, Report& report, Producer& producer) {
+// outPad: the output row stride is hidden + outPad (1 by default, so that rows after the first are
+// not 16-byte aligned: the gather's element stores; 0: its 16-byte stores). With `perf`, one
+// timing line (information only): single-row gathers of distinct random rows, so that each
+// launch reads its row from DRAM as in a decode step.
+void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng, Report& report, Producer& producer,
+                   std::int64_t outPad = 1, std::vector<std::string>* perf = nullptr) {
     const Table t = randomTable(vocab, hidden, rng);
     std::vector<int> ids = {0, static_cast<int>(vocab - 1), -1, static_cast<int>(vocab)};
     std::uniform_int_distribution<int> pick(0, static_cast<int>(vocab - 1));
@@ -145,7 +153,7 @@ void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng
     ds.upload(t.scales);
     DeviceBuffer<int> di(ids.size());
     producer.upload(di, ids);
-    const std::int64_t outStride = hidden + 1;
+    const std::int64_t outStride = hidden + outPad;
     DeviceBuffer<float> dout(static_cast<std::size_t>(rows * outStride));
     dout.poison();
     gc::EmbeddingParams p;
@@ -182,14 +190,38 @@ void embeddingCase(std::int64_t vocab, std::int64_t hidden, std::mt19937_64& rng
         }
     }
     char name[128];
-    std::snprintf(name, sizeof name, "embedding V%lld H%lld (bit-exact, 2 invalid ids)",
-                  static_cast<long long>(vocab), static_cast<long long>(hidden));
+    std::snprintf(name, sizeof name, "embedding V%lld H%lld out stride H+%lld (bit-exact, 2 invalid ids)",
+                  static_cast<long long>(vocab), static_cast<long long>(hidden), static_cast<long long>(outPad));
     report.addCheck(producer.tag() + name, mismatches == 0 && badInvalid == 0,
                     "mismatches " + std::to_string(mismatches) + ", invalid-id rows not NaN " +
                         std::to_string(badInvalid));
+    if (!perf) return;
+    // 5 warm-up and 30 × 10 timed launches, each on a row no launch before it read.
+    constexpr int kLaunches = 5 + 30 * 10;
+    std::vector<int> distinct(static_cast<std::size_t>(vocab));
+    std::iota(distinct.begin(), distinct.end(), 0);
+    std::shuffle(distinct.begin(), distinct.end(), rng);
+    distinct.resize(std::min<std::size_t>(distinct.size(), kLaunches));
+    DeviceBuffer<int> dd(distinct.size());
+    dd.upload(distinct);
+    gc::EmbeddingParams one = p;
+    one.rows = 1;
+    one.programmaticLaunch = false;
+    const double us = medianMicros(
+        [&](int i) {
+            one.tokenIds = dd.ptr + static_cast<std::size_t>(i) % distinct.size();
+            HCHECK_STATUS(gc::launchEmbeddingGather(one, nullptr));
+        },
+        5, 30);
+    char line[160];
+    std::snprintf(line, sizeof line, "embedding gather, one row of H %lld from a table of %lld rows: %.2f us per launch",
+                  static_cast<long long>(hidden), static_cast<long long>(vocab), us);
+    perf->push_back(line);
 }
 
-void argmaxCase(std::int64_t n, int rows, std::mt19937_64& rng, Report& report) {
+// With `perf`: one timing line (information only), the launch repeated on the same row (in L2, as
+// the lm_head leaves it in a decode step).
+void argmaxCase(std::int64_t n, int rows, std::mt19937_64& rng, Report& report, std::vector<std::string>* perf = nullptr) {
     const std::int64_t stride = n + 5;
     std::vector<float> logits(static_cast<std::size_t>(rows * stride), std::nanf(""));
     std::vector<int> want(rows);
@@ -237,6 +269,12 @@ void argmaxCase(std::int64_t n, int rows, std::mt19937_64& rng, Report& report) 
     std::snprintf(name, sizeof name, "argmax n%lld b%d (ties, NaNs, 3 launches)",
                   static_cast<long long>(n), rows);
     report.addCheck(name, ok, "");
+    if (perf) {
+        const double us = medianMicros([&](int) { HCHECK_STATUS(gc::launchArgmax(p, nullptr)); }, 5, 30);
+        char line[128];
+        std::snprintf(line, sizeof line, "argmax over %lld entries, %d row(s): %.2f us per launch", static_cast<long long>(n), rows, us);
+        perf->push_back(line);
+    }
     if (rows != 1) return;
 
     // Greedy feedback: three launches from position 5 into a 4-entry history must fill entries
@@ -302,14 +340,19 @@ int main() {
     }
 
     embeddingCase(1000, 1536, rng, report, ordinary);
-    embeddingCase(quick ? 5000 : 262144, quick ? 2816 : 5376, rng, report, ordinary);
+    embeddingCase(1000, 1536, rng, report, ordinary, 0);  // aligned output rows
+    embeddingCase(999, 100, rng, report, ordinary, 3);    // H % 16 != 0: the byte loop
+    embeddingCase(quick ? 5000 : 262144, quick ? 2816 : 5376, rng, report, ordinary, 1, quick ? nullptr : &perf);
+    if (!quick) embeddingCase(262144, 3840, rng, report, ordinary, 0, &perf);  // the 12b's, as the engine lays it out
 
     argmaxCase(1000, 1, rng, report);
     argmaxCase(8193, 3, rng, report);
     argmaxCase(quick ? 40000 : 262144, 2, rng, report);
+    if (!quick) argmaxCase(262144, 1, rng, report, &perf);  // the vocabulary of every preset
+    argmaxCase(600001, 1, rng, report);  // over 256 blocks of 2048: every block's slice in two passes
 
     if (!perf.empty()) {
-        std::printf("\nFP8 lm_head achieved bandwidth (information only):\n");
+        std::printf("\nFP8 lm_head achieved bandwidth, embedding gather and argmax times (information only):\n");
         for (const auto& l : perf) std::printf("  %s\n", l.c_str());
     }
     return report.finish();
