@@ -1161,8 +1161,7 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
     if (p.tiled && form == XForm::Integer) {
-        if constexpr (GEGLU) err = launchMmaTyped<true, XForm::Integer, 2, 1, true>(args, tiles, smem, facts, pdl, stream);
-        else err = launchMmaTyped<false, XForm::Integer, 4, 1, true>(args, tiles, smem, facts, pdl, stream);
+        err = launchMmaTyped<GEGLU, XForm::Integer, GEGLU ? 2 : 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
         err = launchFp16Variant<GEGLU, GEGLU ? 2 : 4, 1, true>(form, args, tiles, smem, facts, pdl, stream);
     } else if (form == XForm::Integer) {
