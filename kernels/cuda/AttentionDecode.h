@@ -122,9 +122,10 @@ inline constexpr bool clusterHeadSplitPays(int headDim, int group) { return clus
 inline constexpr int kClusterKeysOverLanesFrom = 32;
 // Where keys over lanes is compiled in: one cluster per kv head at head dim 256, the 12b's and the
 // 31b's sliding layers, where version 47 measured it (depth 32768: 12b +0.86 %, 31b +1.6 %; short
-// contexts tied). The e4b lost 1 % at the short context with it in every instance (its sliding
-// layers split their heads over two clusters, its full layers are head dim 512) and the cause is
-// not isolated, so the other instances keep the warp-per-key form alone, with q in registers.
+// contexts tied). Elsewhere it loses: in the head split's instance alone (the e4b's and e2b's
+// sliding layers) the e4b lost 0.8-0.9 % at the short context, where its chunks are too short for
+// the form to run (version 48 step 3), so those instances, and head dim 512's (not measured alone),
+// keep the warp-per-key form, with q in registers.
 // The two forms sum a score's products in different orders, so the head split gives one cluster
 // per kv head's bits only where every block's piece of the band is shorter than
 // kClusterKeysOverLanesFrom (a chunk holds at least that many keys at head dim 256).
