@@ -47,6 +47,20 @@ namespace gc = gemma::cuda;
 
 namespace {
 
+// max |got − want| over max |want| (the maximum itself where want is all zero), and its two parts.
+struct Difference {
+    double worst = 0.0, scale = 0.0;
+    double relative() const { return scale > 0 ? worst / scale : worst; }
+};
+Difference difference(const std::vector<float>& got, const std::vector<float>& want) {
+    Difference d;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        d.worst = std::max(d.worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+        d.scale = std::max(d.scale, std::fabs(static_cast<double>(want[i])));
+    }
+    return d;
+}
+
 struct Fixture {
     std::string name;
     int qHeads, kvHeads, headDim;
@@ -527,20 +541,19 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         // The checks of one cluster form (one cluster per kv head; at head dim 256 also the head
         // split, which must meet the same bounds). `last`: the last launch's output.
         const auto clusterChecks = [&](const gc::AttentionDecodeParams& form, const std::string& tag, std::vector<float>& last) {
-            double worst = 0.0, scale = 0.0;
+            Difference worst;  // over every launch (the scale is wantOut's in each)
             bool finite = true;
-            for (float x : wantOut) scale = std::max(scale, static_cast<double>(std::fabs(x)));
             const bool clusterCacheSame = repeatedLaunches(form, [&](const std::vector<float>& out) {
                 last = out;
-                for (std::size_t i = 0; i < out.size(); ++i) {
-                    finite &= std::isfinite(out[i]);
-                    worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
-                }
+                for (float x : out) finite &= std::isfinite(x);
+                const Difference d = difference(out, wantOut);
+                worst.worst = std::max(worst.worst, d.worst);
+                worst.scale = d.scale;
             });
-            const double rel = scale > 0 ? worst / scale : worst;
+            const double rel = worst.relative();
             char detail[160];
-            std::snprintf(detail, sizeof detail, "max |diff| %.3g of max|out| %.3g (rel %.3g), cluster size %d", worst, scale, rel,
-                          gc::attentionDecodeSplits(form));
+            std::snprintf(detail, sizeof detail, "max |diff| %.3g of max|out| %.3g (rel %.3g), cluster size %d", worst.worst, worst.scale,
+                          rel, gc::attentionDecodeSplits(form));
             report.addCheck(tag + f.name + ": output within fp32 rounding of norm+RoPE, split, merge", finite && rel <= 1e-5,
                             detail);
             report.addCheck(tag + f.name + ": K/V cache bit-identical, raw q untouched", clusterCacheSame && dq.download() == q, "");
@@ -576,13 +589,9 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                 HCHECK_STATUS(gc::launchAttentionDecode(early, producer.stream()));
                 HCHECK(cudaDeviceSynchronize());
                 const auto out = dout.download();
-                double earlyWorst = 0.0;
                 bool earlyFinite = true;
-                for (std::size_t i = 0; i < out.size(); ++i) {
-                    earlyFinite &= std::isfinite(out[i]);
-                    earlyWorst = std::max(earlyWorst, std::fabs(static_cast<double>(out[i]) - wantOut[i]));
-                }
-                const double earlyRel = scale > 0 ? earlyWorst / scale : earlyWorst;
+                for (float x : out) earlyFinite &= std::isfinite(x);
+                const double earlyRel = difference(out, wantOut).relative();
                 report.addCheck(tag + f.name + ": band prefetched before the wait, after delayed producers",
                                 earlyFinite && earlyRel <= 1e-5 && dkc.download() == wantK && dvc.download() == wantV,
                                 "rel " + std::to_string(earlyRel));
@@ -611,12 +620,7 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
                 report.addCheck("cluster heads split " + f.name + ": bit-identical to one cluster per kv head at the same size",
                                 cachesSame && std::memcmp(other.data(), oneCluster.data(), other.size() * sizeof(float)) == 0, at);
             } else {
-                double worst = 0.0, scale = 0.0;
-                for (std::size_t i = 0; i < other.size(); ++i) {
-                    worst = std::max(worst, std::fabs(static_cast<double>(other[i]) - oneCluster[i]));
-                    scale = std::max(scale, std::fabs(static_cast<double>(oneCluster[i])));
-                }
-                const double rel = scale > 0 ? worst / scale : worst;
+                const double rel = difference(other, oneCluster).relative();
                 report.addCheck("cluster heads split " + f.name + ": within fp32 rounding of one cluster per kv head (scores keys over lanes there)",
                                 cachesSame && rel <= 1e-5, at + ", rel " + std::to_string(rel));
             }
