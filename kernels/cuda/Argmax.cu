@@ -26,7 +26,13 @@ namespace gemma::cuda {
 namespace argmaxdetail {
 
 constexpr int kThreads = 256;
-constexpr std::int64_t kPerBlock = 8192;
+// Each thread issues kLoadsPerThread loads before it compares any, so a block's slice of the row
+// (just written by the lm_head, in L2) costs one L2 round trip per kPerBlock entries: 128 blocks
+// and one round trip over a 262144-entry row. 32 blocks of 8192 (until docs/PERFORMANCE.md
+// version 49) took eight round trips of four loads each, ≈ 6.5 µs per decode step on version 48's
+// kernel timeline.
+constexpr int kLoadsPerThread = 8;
+constexpr std::int64_t kPerBlock = kThreads * kLoadsPerThread;  // 2048
 constexpr int kMaxBlocksPerRow = 256;
 
 // ---- device helpers ------------------------------------------------------------------------------
@@ -67,10 +73,22 @@ __global__ void __launch_bounds__(kThreads) argmaxKernel(const float* __restrict
     const float* src = logits + row * stride;
     float bv = -INFINITY;
     int bi = 0x7fffffff;
-    for (std::int64_t k = begin + threadIdx.x; k < end; k += kThreads) {
-        float v = src[k];
-        if (v != v) v = -INFINITY;
-        if (better(v, static_cast<int>(k), bv, bi)) { bv = v; bi = static_cast<int>(k); }
+    // Longer slices (rows over kMaxBlocksPerRow · kPerBlock entries) take several passes.
+    for (std::int64_t base = begin + threadIdx.x; base < end; base += kPerBlock) {
+        float v[kLoadsPerThread];
+#pragma unroll
+        for (int j = 0; j < kLoadsPerThread; ++j) {
+            const std::int64_t k = base + static_cast<std::int64_t>(j) * kThreads;
+            v[j] = k < end ? src[k] : 0.0f;
+        }
+        // In increasing k, as one load at a time would; the result does not depend on the order
+        // anyway (the largest value, then the smallest index among equals).
+#pragma unroll
+        for (int j = 0; j < kLoadsPerThread; ++j) {
+            const std::int64_t k = base + static_cast<std::int64_t>(j) * kThreads;
+            const float value = v[j] != v[j] ? -INFINITY : v[j];
+            if (k < end && better(value, static_cast<int>(k), bv, bi)) { bv = value; bi = static_cast<int>(k); }
+        }
     }
     blockArgmax(bv, bi, sv, si);
     if (threadIdx.x == 0) {

@@ -26,6 +26,7 @@ namespace topkdetail {
 
 constexpr int kThreads = 256;
 constexpr int kWindow = 4096;
+constexpr int kPerThread = kWindow / kThreads;  // a window's keys per thread
 constexpr int kMergeKeys = 8192;
 constexpr std::size_t kCounterBytes = 16;
 constexpr unsigned long long kWorstKey = ~0ull;  // worse than every real key (padding)
@@ -159,9 +160,20 @@ __global__ void __launch_bounds__(kThreads) topKKernel(const float* __restrict__
     do {
         const std::int64_t left = end - base > 0 ? end - base : 0;
         const std::int64_t take = left < kWindow - kept ? left : kWindow - kept;
-        for (int i = threadIdx.x; i < kWindow; i += kThreads) {
+        // Every new logit of the window loaded before any is ranked, so a thread's kPerThread
+        // loads cost one L2 round trip: loaded where they are stored, each behind the branch on
+        // `kept`, they went out one at a time.
+        float v[kPerThread];
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+            v[j] = i >= kept && i - kept < take ? logits[base + (i - kept)] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int i = static_cast<int>(threadIdx.x) + j * kThreads;
             if (i < kept) keys[i] = best[i];
-            else keys[i] = i - kept < take ? rankKey(logits[base + (i - kept)], base + (i - kept)) : kWorstKey;
+            else keys[i] = i - kept < take ? rankKey(v[j], base + (i - kept)) : kWorstKey;
         }
         __syncthreads();
         blockSelectBest(keys, kWindow, count, best, scratch);
