@@ -337,18 +337,23 @@ struct Compare {
     double maxRef = 0;   // max |ref|
     std::size_t nonFinite = 0;
     std::size_t count = 0;
+    // max |out - ref| over max |ref| (maxAbs itself where ref is all zero).
+    double maxRelative() const { return maxRef > 0 ? maxAbs / maxRef : maxAbs; }
 };
 
-inline Compare compare(const float* out, const double* ref, std::size_t n) {
+// Ref: double (an FP64 reference) or float (another kernel's output).
+template <typename Ref>
+inline Compare compare(const float* out, const Ref* ref, std::size_t n) {
     Compare c;
     double num = 0, den = 0;
     for (std::size_t i = 0; i < n; ++i) {
         if (!std::isfinite(out[i])) { ++c.nonFinite; continue; }
-        const double d = static_cast<double>(out[i]) - ref[i];
+        const double r = static_cast<double>(ref[i]);
+        const double d = static_cast<double>(out[i]) - r;
         num += d * d;
-        den += ref[i] * ref[i];
+        den += r * r;
         c.maxAbs = std::max(c.maxAbs, std::fabs(d));
-        c.maxRef = std::max(c.maxRef, std::fabs(ref[i]));
+        c.maxRef = std::max(c.maxRef, std::fabs(r));
     }
     c.count = n;
     c.relErr = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
