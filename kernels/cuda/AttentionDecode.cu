@@ -124,12 +124,18 @@ __device__ __forceinline__ void load8(const unsigned char* row, int piece, float
 }
 
 // Merges dims [dimBegin, dimEnd) of query head h of `row` from its splits' partials into out.
-// Every thread of the block calls it (block-wide barriers). Partials are read through L2
-// (__ldcg): in the fused form other blocks of the same launch wrote them. Each output element's
-// arithmetic depends on its dim and the splits only (not on the thread or the dim range), so the
-// fused merge (all dims in one block) and the merge kernel (dims spread over blocks) give the same
-// bits.
+// Every thread of the block (kThreads of them) calls it (block-wide barriers). Partials are read
+// through L2 (__ldcg): in the fused form other blocks of the same launch wrote them. Each output
+// element's arithmetic depends on its dim and the splits only (not on the thread or the dim
+// range), so the fused merge (all dims in one block) and the merge kernel (dims spread over
+// blocks) give the same bits.
 // `weights` (kMaxSplits floats) and `scratch` (32 floats) are shared memory.
+// Every O partial below split kMergePrefetch is read (live or not), so the partials of a split the
+// band does not reach must be readable memory (the engine's workspace is zeroed once; the values
+// of an empty split are never used).
+constexpr int kMergePrefetch = 4;
+constexpr int kMergeSplitsPerThread = kMaxSplits / kThreads;
+static_assert(kMaxSplits % kThreads == 0, "a thread holds the (m, l) of at most kMergeSplitsPerThread splits");
 __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const float* __restrict__ partML, int splits,
                                           int qHeads, int headDim, int h, int row, float* __restrict__ out,
                                           std::int64_t outStride, float* weights, float* scratch, int dimBegin,
@@ -138,19 +144,36 @@ __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const
     // read by its own thread, the maximum is a block reduction, and the O sum keeps four
     // independent accumulators so four partial loads are in flight per thread. (The first
     // version walked the splits serially in every thread: ~8 µs per launch on an H200.)
+    // One L2 round trip before the reductions: each thread's (m, l) pairs and, for its first dim,
+    // the O of the first kMergePrefetch splits (a short band's live splits: 2-4 of a 12b full
+    // layer's 64 at positions 100-227). Until version 50 the pairs were read twice and O after
+    // both reductions: three round trips in a row.
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const std::int64_t base = (static_cast<std::int64_t>(row) * qHeads + h) * splits;
+    const float* o = partO + base * headDim;
+    const int firstDim = dimBegin + static_cast<int>(threadIdx.x);
+    float ahead[kMergePrefetch];
+#pragma unroll
+    for (int k = 0; k < kMergePrefetch; ++k)
+        ahead[k] = firstDim < dimEnd && k < splits ? __ldcg(o + static_cast<std::int64_t>(k) * headDim + firstDim) : 0.0f;
+    float m[kMergeSplitsPerThread], lSplit[kMergeSplitsPerThread];
+#pragma unroll
+    for (int i = 0; i < kMergeSplitsPerThread; ++i) {
+        const int s = static_cast<int>(threadIdx.x) + i * kThreads;
+        m[i] = s < splits ? __ldcg(partML + (base + s) * 2) : -INFINITY;
+        lSplit[i] = s < splits ? __ldcg(partML + (base + s) * 2 + 1) : 0.0f;
+    }
     // Splits that received keys have m > -inf and form a prefix (pieces are laid out from the band's
-    // start); only their O is read. The split count is sized for the longest band, so at a short
+    // start); only their O is used. The split count is sized for the longest band, so at a short
     // one most splits are empty: a 12b full layer at position ~160 has 21 of 256 (Nsight Compute:
     // this kernel took 89 µs per full layer when it read all 256, docs/PERFORMANCE.md version 6).
     float mLocal = -INFINITY;
     float live = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-        const float m = __ldcg(partML + (base + s) * 2);
-        mLocal = fmaxf(mLocal, m);
-        live += m > -INFINITY ? 1.0f : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMergeSplitsPerThread; ++i) {
+        mLocal = fmaxf(mLocal, m[i]);
+        live += m[i] > -INFINITY ? 1.0f : 0.0f;
     }
     mLocal = warpMax(mLocal);
     live = warpSum(live);
@@ -167,17 +190,22 @@ __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const
     }
     const int active = static_cast<int>(liveSplits);
     float lPart = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+#pragma unroll
+    for (int i = 0; i < kMergeSplitsPerThread; ++i) {
+        const int s = static_cast<int>(threadIdx.x) + i * kThreads;
+        if (s >= splits) break;
         // An empty split has m = -inf: exp(-inf) = 0. All splits empty cannot happen (position p
         // itself is always in the band).
-        const float w = expf(__ldcg(partML + (base + s) * 2) - mMax);
+        const float w = expf(m[i] - mMax);
         weights[s] = w;
-        lPart += w * __ldcg(partML + (base + s) * 2 + 1);
+        lPart += w * lSplit[i];
     }
     const float l = blockSum(lPart, scratch);  // its barriers also publish `weights`
     const float invL = 1.0f / l;
-    const float* o = partO + base * headDim;
-    for (int d = dimBegin + static_cast<int>(threadIdx.x); d < dimEnd; d += blockDim.x) {
+    for (int d = firstDim; d < dimEnd; d += kThreads) {
+        // Split k < kMergePrefetch of the first dim is already in `ahead`.
+        const bool first = d == firstDim;
+        const auto at = [&](int s) { return __ldcg(o + static_cast<std::int64_t>(s) * headDim + d); };
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         int s = 0;
         // 16 loads in flight (at depth every split is live: a 12b full layer at 32K merged 256
@@ -186,16 +214,20 @@ __device__ __forceinline__ void mergeHead(const float* __restrict__ partO, const
         for (; s + 16 <= active; s += 16) {
             float v[16];
 #pragma unroll
-            for (int k = 0; k < 16; ++k) v[k] = __ldcg(o + static_cast<std::int64_t>(s + k) * headDim + d);
+            for (int k = 0; k < 16; ++k) v[k] = k < kMergePrefetch && first && s == 0 ? ahead[k] : at(s + k);
 #pragma unroll
             for (int k = 0; k < 16; ++k) acc[k & 3] = fmaf(weights[s + k], v[k], acc[k & 3]);
         }
         for (; s + 4 <= active; s += 4) {
 #pragma unroll
-            for (int u = 0; u < 4; ++u)
-                acc[u] = fmaf(weights[s + u], __ldcg(o + static_cast<std::int64_t>(s + u) * headDim + d), acc[u]);
+            for (int u = 0; u < 4; ++u) acc[u] = fmaf(weights[s + u], first && s == 0 ? ahead[u] : at(s + u), acc[u]);
         }
-        for (; s < active; ++s) acc[0] = fmaf(weights[s], __ldcg(o + static_cast<std::int64_t>(s) * headDim + d), acc[0]);
+        // At most three left.
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            if (s + k >= active) break;
+            acc[0] = fmaf(weights[s + k], first && s == 0 ? ahead[k] : at(s + k), acc[0]);
+        }
         out[row * outStride + static_cast<std::int64_t>(h) * headDim + d] =
             ((acc[0] + acc[1]) + (acc[2] + acc[3])) * invL;
     }

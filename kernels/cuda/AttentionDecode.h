@@ -39,7 +39,8 @@ struct AttentionDecodeParams {
     int rows = 1;
     // Scratch: attentionDecodeWorkspaceBytes() bytes, 16-byte aligned: 1 KB of merge counters
     // (fuseMerge; zero before the first launch, every launch leaves them zero), then the (O, m, l)
-    // partials.
+    // partials. Initialised memory (any values, e.g. zeroed once): the merge reads the first
+    // splits' O before it knows which of them the band reached, and uses only those it reached.
     void* workspace = nullptr;
     std::size_t workspaceBytes = 0;
     int splits = 0;  // key-sequence splits per (row, kv head); 0 = choose from the device
