@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
          {"fused-full-attention", false, "run full-attention layers with groups of at most 4 query heads per KV head (e4b's) on the fused fp32 split kernel instead of the tensor-core pieces (comparisons)"},
          {"tensor-core-sliding-attention", false, "run the sliding layers' decode attention on the tensor-core pieces instead of thread-block clusters (experiment; for depth)"},
          {"separate-pieces-norm-rope", false, "run the full layers' decode q/k/v norm + RoPE and KV-cache write in their own kernel before the tensor-core attention pieces instead of inside them (comparisons)"},
-         {"cluster-full-attention-keys", true, "run the decode attention of full layers with at most 8 query heads per KV head (e2b, e4b, 31b) as thread-block clusters while the band is at most N keys (0: never; default: where that is faster on the H200, 192 keys for e2b and 31b, 384 for e4b)", "N"},
+         {"cluster-full-attention-keys", true, "run the decode attention of full layers with at most 8 query heads per KV head (e2b, e4b, 31b) as thread-block clusters while the band is at most N keys (default 0: never; until version 50 the default was 192 keys for e2b and 31b, 384 for e4b)", "N"},
          {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
          {"step-timeline", true, "write the traced decode step as a sequence of launches (CSV: position, kernel, mean start and end µs after the step's first start, µs charged by the buckets' rule) to FILE; needs the traced point's part (--trace-point)", "FILE"},
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
         field = static_cast<int>(value);
         return true;
     };
-    // Absent, --cluster-full-attention-keys leaves the engine's automatic limit (-1).
+    // Absent, --cluster-full-attention-keys leaves the engine's default (0: never).
     if (!intOption("cluster-full-attention-keys", 0, 1 << 20, options.clusterFullAttentionKeys) ||
         !intOption("full-attention-band-keys", 0, 1 << 20, options.fullAttentionBandKeys) ||
         !intOption("prefill-chunk", 32, 8192, options.gemmPrefillChunk))

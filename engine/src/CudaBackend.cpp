@@ -1589,8 +1589,8 @@ private:
     //
     // Also the full layers with at most kClusterAttentionMaxGroup query heads per KV head (e2b,
     // e4b, 31b), but only in steps whose band is at most clusterFullKeys_ keys (bandBound_,
-    // chooseBandForms): the OpenOptions::clusterFullAttentionKeys limit, or where it is -1 the
-    // least of those layers' kc::clusterFullBandKeys. Their other steps keep the tensor-core pieces.
+    // chooseBandForms), the OpenOptions::clusterFullAttentionKeys limit (0 by default: never).
+    // Their other steps keep the tensor-core pieces.
     void chooseClusterAttention() {
         clusterLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
         clusterShortLayer_.assign(static_cast<std::size_t>(config_.numLayers), false);
@@ -1604,7 +1604,7 @@ private:
             const int group = config_.numHeads / config_.layers[l].kvHeads;
             if ((sliding && tensorCoreSlidingAttention_) || group > kc::kClusterAttentionMaxGroup) continue;
             kc::AttentionDecodeParams d = attentionParams(l, 1);
-            const int bandLimit = sliding ? 0 : clusterFullKeysOption_ < 0 ? kc::clusterFullBandKeys(d.headDim, group) : clusterFullKeysOption_;
+            const int bandLimit = sliding ? 0 : std::max(clusterFullKeysOption_, 0);
             if (!sliding && bandLimit == 0) continue;
             clusterForm(d);
             if (kc::attentionDecodeSplits(d) < 1) continue;
@@ -1838,7 +1838,7 @@ private:
     bool fusedPiecesNormRope_ = true;   // OpenOptions::fusedPiecesNormRope (fusedPiecesFor)
     bool clusterAttentionHeadSplit_ = true;
     bool bulkCopies_ = true;  // OpenOptions::bulkCopies
-    int clusterFullKeysOption_ = -1;  // OpenOptions::clusterFullAttentionKeys
+    int clusterFullKeysOption_ = 0;   // OpenOptions::clusterFullAttentionKeys
     int clusterFullKeys_ = 0;         // the band limit in force (chooseClusterAttention)
     int fullBandKeysOption_ = -1;     // OpenOptions::fullAttentionBandKeys
     std::vector<int> bandLimits_;     // ascending (chooseBandForms)

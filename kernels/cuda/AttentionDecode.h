@@ -131,13 +131,6 @@ inline constexpr int kClusterKeysOverLanesFrom = 32;
 // per kv head's bits only where every block's piece of the band is shorter than
 // kClusterKeysOverLanesFrom (a chunk holds at least that many keys at head dim 256).
 inline constexpr bool clusterKeysOverLanes(int headDim, bool headSplit) { return headDim == 256 && !headSplit; }
-// The longest band (keys) up to which a full layer (head dim 512, one decode row) is faster as the
-// cluster form than as the norm + RoPE kernel, the tensor-core pieces and the merge kernel; 0
-// where it never is. The cluster form reads the band on 16 blocks per kv head, so its time grows
-// with the band and the group, while the pieces' stays near 17 µs. H200 harness (docs/
-// PERFORMANCE.md version 20): the two cross near 190 keys for groups of 8 (e2b 186, 31b 220) and
-// near 510 for groups of 4 (e4b); 1536 / group stays below both.
-inline constexpr int clusterFullBandKeys(int headDim, int group) { return headDim == 512 && group >= 1 && group <= 8 ? 1536 / group : 0; }
 // The band (keys) up to which a full layer's decode attention pieces are split as for a cache of
 // this many keys rather than the cache's capacity (OpenOptions::fullAttentionBandKeys's default).
 // A 4096-key cache's split count (64 pieces) is what the 12b's full layers run best at short

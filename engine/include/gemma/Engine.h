@@ -241,10 +241,12 @@ struct OpenOptions {
     // merge) in steps whose band is at most this many keys, instead of the norm + RoPE kernel, the
     // tensor-core pieces and the merge kernel; longer bands keep those. The decode graphs then come
     // in two forms, each captured and self-checked on first use, and a greedy chain that crosses
-    // the limit switches between them. -1 (default): where the cluster form is faster on the H200
-    // (kernels::clusterFullBandKeys: 192 keys for e2b and 31b, 384 for e4b; e4b decodes 1 % faster
-    // at positions 100-227, docs/PERFORMANCE.md version 20); 0: never; N: up to N keys.
-    int clusterFullAttentionKeys = -1;
+    // the limit switches between them. 0 (default): never; N: up to N keys. Until version 50 the
+    // default was 1536 / group keys (192 for e2b and 31b, 384 for e4b; faster on an H200 in
+    // version 20); with the pieces as they are now, an H100 decodes faster at every band without
+    // the clusters (e2b +1.5 %, e4b +0.3 to +0.7 %, 31b +0.6 to +0.8 % at positions 100-227;
+    // docs/PERFORMANCE.md versions 49 and 50). Kept as an option for the comparison on other cards.
+    int clusterFullAttentionKeys = 0;
     // CUDA: while the band is at most this many keys, the full layers' decode attention pieces
     // (tensor cores) are split for a band of this many keys instead of the cache's capacity: at
     // a 32K allocation and a short band the pieces otherwise launch 132 splits, most of them empty,
