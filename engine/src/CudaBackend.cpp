@@ -192,7 +192,8 @@ public:
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), bulkCopies_(options.bulkCopies),
           clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
-          attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
+          attentionPrefetch_(options.attentionPrefetch), warmL2Megabytes_(std::max(options.attentionWarmL2Megabytes, 0)),
+          gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
 
@@ -298,6 +299,7 @@ public:
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
+                                         (warmL2Megabytes_ > 0 ? " (next " + std::to_string(warmL2Megabytes_) + " MB of weights asked into L2)" : std::string{}) +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
                                          (clusterShortLayers_ > 0 ? ", and on " + std::to_string(clusterShortLayers_) + " full layers up to " +
                                                                         std::to_string(clusterFullKeys_) + " keys"
@@ -852,6 +854,33 @@ private:
             GEMMA_RETURN_IF_ERROR(perLayerGate_.allocateZeroed(R * static_cast<std::size_t>(c.hiddenSizePerLayerInput) * 4, "workspace"));
         }
         return Status::ok();
+    }
+
+    // The L2 ranges a layer's cluster attention asks for (OpenOptions::attentionWarmL2Megabytes):
+    // the o projection's codes and scales, then the GeGLU's gate and up codes and scales from
+    // their starts (the tiled layout stores a weight tile after tile, and the matvec's block b
+    // reads tile b first), the budget's rest split evenly between the two. The codes' and scales'
+    // shares keep their ratio, so the same tiles of each are asked for.
+    void warmNextWeights(const DeviceLayer& w, kc::L2Range (&ranges)[kc::kL2WarmRanges]) const {
+        std::size_t budget = static_cast<std::size_t>(warmL2Megabytes_) << 20;
+        const auto linearBytes = [](const DeviceLinear& d, std::size_t& codes, std::size_t& scales) {
+            codes = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4RowBytes(d.in));
+            scales = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4GroupsPerRow(d.in)) * 2;
+        };
+        // Up to `bytes` of d's codes and scales (in proportion), into ranges[at], ranges[at + 1].
+        const auto take = [&](const DeviceLinear& d, std::size_t bytes, int at) {
+            std::size_t codes = 0, scales = 0;
+            linearBytes(d, codes, scales);
+            if (d.codes == nullptr || codes + scales == 0 || bytes == 0) return std::size_t{0};
+            const double share = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(codes + scales));
+            ranges[at] = kc::alignedL2Range(d.codes, static_cast<std::size_t>(share * static_cast<double>(codes)));
+            ranges[at + 1] = kc::alignedL2Range(d.scales, static_cast<std::size_t>(share * static_cast<double>(scales)));
+            return ranges[at].bytes + ranges[at + 1].bytes;
+        };
+        budget -= std::min(budget, take(w.o, budget, 0));
+        const std::size_t half = budget / 2;
+        take(w.gate, half, 2);
+        take(w.up, half, 4);
     }
 
     kc::AttentionDecodeParams attentionParams(int layer, int rows) const {
@@ -1761,6 +1790,7 @@ private:
                 // The merge: through the cluster's shared memory, or by the last split block.
                 if (clusterAttentionFor(l, rows)) clusterForm(d);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
+                if (d.cluster) warmNextWeights(w, d.warmL2);
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
@@ -1845,6 +1875,7 @@ private:
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;
     bool attentionPrefetch_ = true;
+    int warmL2Megabytes_ = 0;  // OpenOptions::attentionWarmL2Megabytes
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;

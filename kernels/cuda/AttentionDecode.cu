@@ -662,9 +662,17 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // launch or a host copy apart from this one, so complete), and so was positions[0]: both are
     // read before the wait for the kernel before (PDL), which only q, k, v and the current
     // position's cache rows (a KV-shared layer's, or the separate norm kernel's) depend on.
+    // The next launches' weights into L2 (warmL2), by the last warp, whose prologue work is the
+    // last query head's, after the wait: before it the q/k/v matvec still streams its own.
+    const auto warmNextWeights = [&] {
+        if (warp == kClusterWarps - 1)
+            warmL2Share(p.warmL2, static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                        static_cast<std::int64_t>(gridDim.x) * gridDim.y, lane);
+    };
     if (!p.prefetchBand) {
         gridDependencyWait();      // q, k, v come from the kernel before (PDL)
         allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
+        warmNextWeights();
     }
 
     const std::int64_t len = static_cast<std::int64_t>(p.positions[0]) + 1;
@@ -710,6 +718,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     if (p.prefetchBand) {
         gridDependencyWait();
         allowDependentsToStart();
+        warmNextWeights();
         // The current position's rows, when the cache holds them and they are in the first chunk.
         if (!writesCurrent && current >= bs && current < bs + firstCount) {
             const std::int64_t off = (current % p.capacity) * slotBytes;
@@ -1258,7 +1267,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         p.outStride < static_cast<std::int64_t>(p.qHeads) * p.headDim)
         return KernelStatus::InvalidArgument;
     if (!aligned16(p.q) || !aligned16(p.kCache) || !aligned16(p.vCache) || (!p.cluster && !aligned16(p.workspace)) ||
-        (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0)
+        (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0 || !l2RangesAligned(p.warmL2))
         return KernelStatus::InvalidArgument;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;

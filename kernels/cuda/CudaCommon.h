@@ -16,6 +16,7 @@
 
 #include "KernelStatus.h"
 #include "KvCache.h"
+#include "L2Prefetch.h"
 
 namespace gemma::cuda {
 
@@ -318,6 +319,34 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned by
 // block wrote, about to be read by a bulk copy).
 __device__ __forceinline__ void fenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void fenceProxyAsyncGlobal() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+// ---- device: L2 prefetch (sm_90+) --------------------------------------------------------------
+// Asks the L2 to fetch [p, p + bytes) from memory (cp.async.bulk.prefetch.L2): a hint served by the
+// copy engine; nothing is returned or written and the thread does not wait. p 16-byte aligned,
+// bytes a multiple of 16. Does nothing below sm_90.
+__device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+// The share of `ranges` that block `block` of `blocks` asks for: each range cut into `blocks`
+// slices of whole 16-byte units, a slice in pieces of up to 64 KB, one per lane of the calling
+// warp (call it from one warp of the block). A range's bytes past its last whole 16 are skipped.
+__device__ __forceinline__ void warmL2Share(const L2Range (&ranges)[kL2WarmRanges], std::int64_t block, std::int64_t blocks, int lane) {
+    constexpr std::int64_t kPiece = 64 * 1024;
+#pragma unroll
+    for (int r = 0; r < kL2WarmRanges; ++r) {
+        const std::int64_t units = static_cast<std::int64_t>(ranges[r].bytes / 16);
+        if (ranges[r].data == nullptr || units == 0) continue;
+        const std::int64_t per = (units + blocks - 1) / blocks * 16;  // bytes per block
+        const std::int64_t first = block * per;
+        const std::int64_t total = units * 16;
+        const std::int64_t end = first + per < total ? first + per : total;
+        const unsigned char* base = static_cast<const unsigned char*>(ranges[r].data);
+        for (std::int64_t a = first + lane * kPiece; a < end; a += 32 * kPiece)
+            prefetchL2(base + a, static_cast<std::uint32_t>(end - a < kPiece ? end - a : kPiece));
+    }
+}
 
 // ---- device: streaming loads -------------------------------------------------------------------
 // Weights are read exactly once per launch: bypass L1 allocation, keep L2 default.

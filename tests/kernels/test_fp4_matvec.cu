@@ -224,13 +224,8 @@ struct Rotation {
 struct TimingContext {
     double l2ResidentUs, programmaticUs, readAloneUs, prefetchedUs;
 };
-// Asks the L2 to fetch [p, p + bytes) from memory without waiting (a hint, done by the copy
-// engine; sm_90+, elsewhere nothing). p 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
+// The L2 hint the decode attention also issues (CudaCommon.h).
+using gemma::cuda::prefetchL2;
 // Block b asks for its slice of [p, p + bytes) in 64 KB pieces. bytes % 16 == 0.
 __global__ void harnessPrefetchKernel(const std::uint8_t* p, std::int64_t bytes) {
     const std::int64_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
