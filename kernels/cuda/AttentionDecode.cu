@@ -666,8 +666,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // last query head's, after the wait: before it the q/k/v matvec still streams its own.
     const auto warmNextWeights = [&] {
         if (warp == kClusterWarps - 1)
-            warmL2Share(p.warmL2, static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
-                        static_cast<std::int64_t>(gridDim.x) * gridDim.y, lane);
+            warmL2Share(p.warmL2, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y, lane);
     };
     if (!p.prefetchBand) {
         gridDependencyWait();      // q, k, v come from the kernel before (PDL)
@@ -1267,7 +1266,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         p.outStride < static_cast<std::int64_t>(p.qHeads) * p.headDim)
         return KernelStatus::InvalidArgument;
     if (!aligned16(p.q) || !aligned16(p.kCache) || !aligned16(p.vCache) || (!p.cluster && !aligned16(p.workspace)) ||
-        (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0 || !l2RangesAligned(p.warmL2))
+        (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0 || !l2RangesValid(p.warmL2))
         return KernelStatus::InvalidArgument;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;

@@ -332,19 +332,20 @@ __device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
 // The share of `ranges` that block `block` of `blocks` asks for: each range cut into `blocks`
 // slices of whole 16-byte units, a slice in pieces of up to 64 KB, one per lane of the calling
 // warp (call it from one warp of the block). A range's bytes past its last whole 16 are skipped.
-__device__ __forceinline__ void warmL2Share(const L2Range (&ranges)[kL2WarmRanges], std::int64_t block, std::int64_t blocks, int lane) {
-    constexpr std::int64_t kPiece = 64 * 1024;
+// 32-bit unit arithmetic (l2RangesValid: a range holds fewer than 2^32 units): the 64-bit
+// division cost the cluster attention 44-52 bytes of spills at head dim 512.
+__device__ __forceinline__ void warmL2Share(const L2Range (&ranges)[kL2WarmRanges], unsigned block, unsigned blocks, int lane) {
+    constexpr unsigned kPieceUnits = 64 * 1024 / 16;
 #pragma unroll
     for (int r = 0; r < kL2WarmRanges; ++r) {
-        const std::int64_t units = static_cast<std::int64_t>(ranges[r].bytes / 16);
+        const unsigned units = static_cast<unsigned>(ranges[r].bytes / 16);
         if (ranges[r].data == nullptr || units == 0) continue;
-        const std::int64_t per = (units + blocks - 1) / blocks * 16;  // bytes per block
-        const std::int64_t first = block * per;
-        const std::int64_t total = units * 16;
-        const std::int64_t end = first + per < total ? first + per : total;
+        const unsigned per = units / blocks + (units % blocks != 0 ? 1u : 0u);  // units per block
+        const unsigned first = block * per;  // <= units + blocks: no overflow below 2^31 blocks
+        const unsigned end = first + per < units ? first + per : units;
         const unsigned char* base = static_cast<const unsigned char*>(ranges[r].data);
-        for (std::int64_t a = first + lane * kPiece; a < end; a += 32 * kPiece)
-            prefetchL2(base + a, static_cast<std::uint32_t>(end - a < kPiece ? end - a : kPiece));
+        for (unsigned u = first + static_cast<unsigned>(lane) * kPieceUnits; u < end; u += 32 * kPieceUnits)
+            prefetchL2(base + static_cast<std::size_t>(u) * 16, (end - u < kPieceUnits ? end - u : kPieceUnits) * 16);
     }
 }
 

@@ -24,10 +24,12 @@ inline L2Range alignedL2Range(const void* data, std::size_t bytes) {
     return {static_cast<const unsigned char*>(data) + skip, bytes - skip};
 }
 
-// Whether every non-empty range of `ranges` starts 16-byte aligned (the launchers refuse others).
-inline bool l2RangesAligned(const L2Range (&ranges)[kL2WarmRanges]) {
+// Whether every non-empty range of `ranges` starts 16-byte aligned and holds fewer than 2^32
+// 16-byte units (64 GB; the kernels count units in 32 bits). The launchers refuse others.
+inline bool l2RangesValid(const L2Range (&ranges)[kL2WarmRanges]) {
     for (const L2Range& r : ranges)
-        if (r.data != nullptr && r.bytes >= 16 && reinterpret_cast<std::size_t>(r.data) % 16 != 0) return false;
+        if (r.data != nullptr && r.bytes >= 16 && (reinterpret_cast<std::size_t>(r.data) % 16 != 0 || r.bytes / 16 > 0xFFFFFFFFull))
+            return false;
     return true;
 }
 
