@@ -857,30 +857,17 @@ private:
     }
 
     // The L2 ranges a layer's cluster attention asks for (OpenOptions::attentionWarmL2Megabytes):
-    // the o projection's codes and scales, then the GeGLU's gate and up codes and scales from
-    // their starts (the tiled layout stores a weight tile after tile, and the matvec's block b
-    // reads tile b first), the budget's rest split evenly between the two. The codes' and scales'
-    // shares keep their ratio, so the same tiles of each are asked for.
+    // kernels::planNextWeights over the o projection's and the GeGLU's arrays.
     void warmNextWeights(const DeviceLayer& w, kc::L2Range (&ranges)[kc::kL2WarmRanges]) const {
-        std::size_t budget = static_cast<std::size_t>(warmL2Megabytes_) << 20;
-        const auto linearBytes = [](const DeviceLinear& d, std::size_t& codes, std::size_t& scales) {
-            codes = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4RowBytes(d.in));
-            scales = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4GroupsPerRow(d.in)) * 2;
+        const auto arrays = [](const DeviceLinear& d) {
+            kc::WeightArrays a;
+            a.codes = d.codes;
+            a.codeBytes = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4RowBytes(d.in));
+            a.scales = d.scales;
+            a.scaleBytes = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4GroupsPerRow(d.in)) * 2;
+            return a;
         };
-        // Up to `bytes` of d's codes and scales (in proportion), into ranges[at], ranges[at + 1].
-        const auto take = [&](const DeviceLinear& d, std::size_t bytes, int at) {
-            std::size_t codes = 0, scales = 0;
-            linearBytes(d, codes, scales);
-            if (d.codes == nullptr || codes + scales == 0 || bytes == 0) return std::size_t{0};
-            const double share = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(codes + scales));
-            ranges[at] = kc::alignedL2Range(d.codes, static_cast<std::size_t>(share * static_cast<double>(codes)));
-            ranges[at + 1] = kc::alignedL2Range(d.scales, static_cast<std::size_t>(share * static_cast<double>(scales)));
-            return ranges[at].bytes + ranges[at + 1].bytes;
-        };
-        budget -= std::min(budget, take(w.o, budget, 0));
-        const std::size_t half = budget / 2;
-        take(w.gate, half, 2);
-        take(w.up, half, 4);
+        kc::planNextWeights(static_cast<std::size_t>(warmL2Megabytes_) << 20, arrays(w.o), arrays(w.gate), arrays(w.up), ranges);
     }
 
     kc::AttentionDecodeParams attentionParams(int layer, int rows) const {
