@@ -662,16 +662,9 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     // launch or a host copy apart from this one, so complete), and so was positions[0]: both are
     // read before the wait for the kernel before (PDL), which only q, k, v and the current
     // position's cache rows (a KV-shared layer's, or the separate norm kernel's) depend on.
-    // The next launches' weights into L2 (warmL2), by the last warp, whose prologue work is the
-    // last query head's, after the wait: before it the q/k/v matvec still streams its own.
-    const auto warmNextWeights = [&] {
-        if (warp == kClusterWarps - 1)
-            warmL2Share(p.warmL2, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y, lane);
-    };
     if (!p.prefetchBand) {
         gridDependencyWait();      // q, k, v come from the kernel before (PDL)
         allowDependentsToStart();  // the o_proj matvec may prefetch its weights now
-        warmNextWeights();
     }
 
     const std::int64_t len = static_cast<std::int64_t>(p.positions[0]) + 1;
@@ -717,7 +710,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     if (p.prefetchBand) {
         gridDependencyWait();
         allowDependentsToStart();
-        warmNextWeights();
         // The current position's rows, when the cache holds them and they are in the first chunk.
         if (!writesCurrent && current >= bs && current < bs + firstCount) {
             const std::int64_t off = (current % p.capacity) * slotBytes;
@@ -729,6 +721,10 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             cpAsyncCommit();
         }
     }
+    // The next launches' weights into L2 (warmL2) by the last warp, whose prologue work is the
+    // last query head's: after the wait (before it the q/k/v matvec still streams its own) and
+    // after this block's own first loads, which then queue ahead of them.
+    if (warp == kClusterWarps - 1) warmL2Share(p.warmL2, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y, lane);
     GEMMA_PHASE_MARK(1);  // the first chunk issued, the dependency wait passed
 
     // Prologue, in parallel warps: this position's K (warp 0) and V (warp 1) when this block holds

@@ -108,12 +108,13 @@ struct AttentionDecodeParams {
     int clusterHeadSplit = 1;
     // Cluster form, sm_90+ (ignored by the other forms and below sm_90): ranges of the weights the
     // launches after this one read (the o projection's, the front of the GeGLU's) that the kernel
-    // asks the L2 to fetch from memory right after its dependency wait, each block its share, one
-    // warp issuing (warmL2Share, CudaCommon.h). A hint: nothing is read back or written, the output
-    // is the same bits with or without it. The attention's own latency chain (norm + RoPE, scores,
-    // the cluster merge) leaves the memory idle for several µs at short bands; the ranges stream
-    // then instead of behind the next launch's prologue (docs/PERFORMANCE.md version 51). Every
-    // non-empty range 16-byte aligned, else the launch is refused; a range's last bytes past a
+    // asks the L2 to fetch from memory after its dependency wait and its own first loads, each
+    // block its share, one warp issuing (warmL2Share, CudaCommon.h). A hint: nothing is read back
+    // or written, the output is the same bits with or without it. The attention's own latency
+    // chain (norm + RoPE, scores, the cluster merge) leaves the memory idle for several µs at
+    // short bands; the ranges stream then instead of behind the next launch's prologue
+    // (docs/PERFORMANCE.md version 51). Every non-empty range 16-byte aligned and below 2^32
+    // 16-byte units (l2RangesValid), else the launch is refused; a range's last bytes past a
     // multiple of 16 are not asked for.
     L2Range warmL2[kL2WarmRanges];
 };
