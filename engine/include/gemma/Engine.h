@@ -269,8 +269,9 @@ struct OpenOptions {
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
     // +1 % on the H200 (docs/PERFORMANCE.md version 12). false: the whole band after the wait.
     bool attentionPrefetch = true;
-    // CUDA, with clusterAttention: each sliding layer's cluster attention asks the L2 for up to
-    // this many MB of the weights read right after it (AttentionDecodeParams::warmL2): the o
+    // CUDA, with clusterAttention: every decode attention in the cluster form (the sliding layers';
+    // full layers' too under clusterFullAttentionKeys) asks the L2 for up to this many MB of the
+    // weights its layer reads right after it (AttentionDecodeParams::warmL2): the o
     // projection's codes and scales first, the rest of the budget split between the GeGLU's gate
     // and up codes (and their scales) from their first tile on, the tiles its blocks read first.
     // The attention's latency chain leaves the memory idle; this lets it stream the next weights
