@@ -113,7 +113,7 @@ struct AttentionDecodeParams {
     // or written, the output is the same bits with or without it. The attention's own latency
     // chain (norm + RoPE, scores, the cluster merge) leaves the memory idle for several µs at
     // short bands; the ranges stream then instead of behind the next launch's prologue
-    // (docs/PERFORMANCE.md version 51). Every non-empty range 16-byte aligned and below 2^32
+    // (docs/PERFORMANCE.md version 51). Every non-empty range 16-byte aligned and below 2^31
     // 16-byte units (l2RangesValid), else the launch is refused; a range's last bytes past a
     // multiple of 16 are not asked for.
     L2Range warmL2[kL2WarmRanges];

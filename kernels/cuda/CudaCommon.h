@@ -332,7 +332,7 @@ __device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
 // The share of `ranges` that block `block` of `blocks` asks for: each range cut into `blocks`
 // slices of whole 16-byte units, a slice in pieces of up to 64 KB, one per lane of the calling
 // warp (call it from one warp of the block). A range's bytes past its last whole 16 are skipped.
-// 32-bit unit arithmetic (l2RangesValid: a range holds fewer than 2^32 units): the 64-bit
+// 32-bit unit arithmetic (l2RangesValid: a range holds fewer than 2^31 units): the 64-bit
 // division cost the cluster attention 44-52 bytes of spills at head dim 512.
 __device__ __forceinline__ void warmL2Share(const L2Range (&ranges)[kL2WarmRanges], unsigned block, unsigned blocks, int lane) {
     constexpr unsigned kPieceUnits = 64 * 1024 / 16;
@@ -341,7 +341,7 @@ __device__ __forceinline__ void warmL2Share(const L2Range (&ranges)[kL2WarmRange
         const unsigned units = static_cast<unsigned>(ranges[r].bytes / 16);
         if (ranges[r].data == nullptr || units == 0) continue;
         const unsigned per = units / blocks + (units % blocks != 0 ? 1u : 0u);  // units per block
-        const unsigned first = block * per;  // <= units + blocks: no overflow below 2^31 blocks
+        const unsigned first = block * per;  // < units + blocks < 2^32 (units and blocks below 2^31)
         const unsigned end = first + per < units ? first + per : units;
         const unsigned char* base = static_cast<const unsigned char*>(ranges[r].data);
         for (unsigned u = first + static_cast<unsigned>(lane) * kPieceUnits; u < end; u += 32 * kPieceUnits)

@@ -24,11 +24,12 @@ inline L2Range alignedL2Range(const void* data, std::size_t bytes) {
     return {static_cast<const unsigned char*>(data) + skip, bytes - skip};
 }
 
-// Whether every non-empty range of `ranges` starts 16-byte aligned and holds fewer than 2^32
-// 16-byte units (64 GB; the kernels count units in 32 bits). The launchers refuse others.
+// Whether every non-empty range of `ranges` starts 16-byte aligned and holds fewer than 2^31
+// 16-byte units (32 GB: the kernels count units in 32 bits, and a block's slice end, at most the
+// units plus the block count, must not wrap). The launchers refuse others.
 inline bool l2RangesValid(const L2Range (&ranges)[kL2WarmRanges]) {
     for (const L2Range& r : ranges)
-        if (r.data != nullptr && r.bytes >= 16 && (reinterpret_cast<std::size_t>(r.data) % 16 != 0 || r.bytes / 16 > 0xFFFFFFFFull))
+        if (r.data != nullptr && r.bytes >= 16 && (reinterpret_cast<std::size_t>(r.data) % 16 != 0 || r.bytes / 16 >= (std::size_t{1} << 31)))
             return false;
     return true;
 }

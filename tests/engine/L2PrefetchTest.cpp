@@ -118,8 +118,10 @@ TEST(L2Prefetch, MissingWeightsAndMisalignedRangesAreHandled) {
     L2Range bad[kL2WarmRanges];
     bad[1] = {at(0x1008), 4096};
     EXPECT_FALSE(gemma::cuda::l2RangesValid(bad));
-    bad[1] = {at(0x1000), std::size_t{1} << 37};
+    bad[1] = {at(0x1000), std::size_t{1} << 35};  // 2^31 units: the first count refused
     EXPECT_FALSE(gemma::cuda::l2RangesValid(bad));
+    bad[1] = {at(0x1000), (std::size_t{1} << 35) - 16};
+    EXPECT_TRUE(gemma::cuda::l2RangesValid(bad));
     bad[1] = {at(0x1008), 8};  // below one unit: never asked for
     EXPECT_TRUE(gemma::cuda::l2RangesValid(bad));
 }
