@@ -340,7 +340,7 @@ __device__ __forceinline__ void warmL2Share(const L2Range (&ranges)[kL2WarmRange
     for (int r = 0; r < kL2WarmRanges; ++r) {
         const unsigned units = static_cast<unsigned>(ranges[r].bytes / 16);
         if (ranges[r].data == nullptr || units == 0) continue;
-        const unsigned per = units / blocks + (units % blocks != 0 ? 1u : 0u);  // units per block
+        const unsigned per = (units + blocks - 1) / blocks;  // units per block (no wrap: both below 2^31)
         const unsigned first = block * per;  // < units + blocks < 2^32 (units and blocks below 2^31)
         const unsigned end = first + per < units ? first + per : units;
         const unsigned char* base = static_cast<const unsigned char*>(ranges[r].data);
