@@ -188,6 +188,11 @@ step_contents() {
     done
     ((${#undocumented[@]} == 0)) && pass "$p.1 documents every option of $p --help" ||
       fail "$p.1 does not document: ${undocumented[*]} (edit installer/man/$p.1.in)"
+    # Each option has one entry (the tag line after .TP): a second one goes stale when the first
+    # is edited.
+    local repeated
+    repeated=$(awk 'tag { print; tag = 0 } /^\.TP/ { tag = 1 }' <<<"$roff" | grep -oE -- '\\-\\-[a-z0-9\\-]+' | sort | uniq -d | tr '\n' ' ')
+    [[ -z $repeated ]] && pass "$p.1: one entry per option" || fail "$p.1 has more than one entry for: $repeated(edit installer/man/$p.1.in)"
   done
 
   # Desktop entry, AppStream metainfo, icons.
