@@ -182,7 +182,6 @@ int main(int argc, char** argv) {
          {"cluster-full-attention-keys", true, "run the decode attention of full layers with at most 8 query heads per KV head (e2b, e4b, 31b) as thread-block clusters while the band is at most N keys, instead of the tensor-core pieces (default 0: never; docs/PERFORMANCE.md version 50)", "N"},
          {"no-cluster-head-split", false, "cluster attention with 4 or 8 query heads per KV head (e4b, e2b): one cluster per KV head over the whole group instead of two over half each (comparisons)"},
          {"no-attention-prefetch", false, "cluster attention: load the whole band after waiting for the q/k/v matvec instead of its earlier positions before the wait (comparisons)"},
-         {"attention-warm-l2", true, "cluster attention: after its dependency wait, ask the L2 for up to MB megabytes of the weights read next (the o projection's, then the front of the GeGLU's; default 0: none; docs/PERFORMANCE.md version 51)", "MB"},
          {"step-timeline", true, "write the traced decode step as a sequence of launches (CSV: position, kernel, mean start and end µs after the step's first start, µs charged by the buckets' rule) to FILE; needs the traced point's part (--trace-point)", "FILE"},
          {"trace-point", true, "which decode point's greedy chain the kernel timeline records, at the end of the run: sweep (the first allocation sweep point, the default) or depth (the deepest depth point)", "POINT"},
          {"timeline-steps", false, "time the instrumented steps on the GPU's kernel timeline of the graph-replayed step (CUPTI) instead of event pairs around direct launches (attaches CUPTI for the whole run)"},
@@ -250,7 +249,6 @@ int main(int argc, char** argv) {
     // Absent, --cluster-full-attention-keys leaves the engine's default (0: never).
     if (!intOption("cluster-full-attention-keys", 0, 1 << 20, options.clusterFullAttentionKeys) ||
         !intOption("full-attention-band-keys", 0, 1 << 20, options.fullAttentionBandKeys) ||
-        !intOption("attention-warm-l2", 0, 1024, options.attentionWarmL2Megabytes) ||
         !intOption("prefill-chunk", 32, 8192, options.gemmPrefillChunk))
         return 1;
     options.prefillDequantizeAhead = !cli.has("no-dequantize-ahead");

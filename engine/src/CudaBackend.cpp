@@ -192,8 +192,7 @@ public:
           clusterAttentionHeadSplit_(options.clusterAttentionHeadSplit), bulkCopies_(options.bulkCopies),
           clusterFullKeysOption_(options.clusterFullAttentionKeys),
           fullBandKeysOption_(options.fullAttentionBandKeys),
-          attentionPrefetch_(options.attentionPrefetch), warmL2Megabytes_(std::max(options.attentionWarmL2Megabytes, 0)),
-          gemmPrefillChunk_(options.gemmPrefillChunk),
+          attentionPrefetch_(options.attentionPrefetch), gemmPrefillChunk_(options.gemmPrefillChunk),
           prefillInput_(options.prefillInput), prefillDequantizeAhead_(options.prefillDequantizeAhead),
           timelineWanted_(options.kernelTimeline) {}
 
@@ -299,7 +298,6 @@ public:
                (fusedPiecesNormRope_ && tensorCoreAttention_ ? ", norm + RoPE inside the tensor-core pieces" : "") +
                (clusterLayers_ > 0 ? ", cluster attention on " + std::to_string(clusterLayers_) + " layers" +
                                          (attentionPrefetch_ ? " (band prefetched)" : "") +
-                                         (warmL2Megabytes_ > 0 ? " (next " + std::to_string(warmL2Megabytes_) + " MB of weights asked into L2)" : std::string{}) +
                                          (headSplitLayers_ > 0 ? " (heads split over two clusters on " + std::to_string(headSplitLayers_) + ")" : std::string{}) +
                                          (clusterShortLayers_ > 0 ? ", and on " + std::to_string(clusterShortLayers_) + " full layers up to " +
                                                                         std::to_string(clusterFullKeys_) + " keys"
@@ -854,20 +852,6 @@ private:
             GEMMA_RETURN_IF_ERROR(perLayerGate_.allocateZeroed(R * static_cast<std::size_t>(c.hiddenSizePerLayerInput) * 4, "workspace"));
         }
         return Status::ok();
-    }
-
-    // The L2 ranges a layer's cluster attention asks for (OpenOptions::attentionWarmL2Megabytes):
-    // kernels::planNextWeights over the o projection's and the GeGLU's arrays.
-    void warmNextWeights(const DeviceLayer& w, kc::L2Range (&ranges)[kc::kL2WarmRanges]) const {
-        const auto arrays = [](const DeviceLinear& d) {
-            kc::WeightArrays a;
-            a.codes = d.codes;
-            a.codeBytes = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4RowBytes(d.in));
-            a.scales = d.scales;
-            a.scaleBytes = static_cast<std::size_t>(d.out) * static_cast<std::size_t>(formats::fp4GroupsPerRow(d.in)) * 2;
-            return a;
-        };
-        kc::planNextWeights(static_cast<std::size_t>(warmL2Megabytes_) << 20, arrays(w.o), arrays(w.gate), arrays(w.up), ranges);
     }
 
     kc::AttentionDecodeParams attentionParams(int layer, int rows) const {
@@ -1777,7 +1761,6 @@ private:
                 // The merge: through the cluster's shared memory, or by the last split block.
                 if (clusterAttentionFor(l, rows)) clusterForm(d);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
-                if (d.cluster) warmNextWeights(w, d.warmL2);
                 d.fuseMerge = !d.cluster;
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
@@ -1862,7 +1845,6 @@ private:
     // This step's band form: its bound (bandBoundAt; 0 the default form), set with the step's inputs.
     int bandBound_ = 0;
     bool attentionPrefetch_ = true;
-    int warmL2Megabytes_ = 0;  // OpenOptions::attentionWarmL2Megabytes
     int gemmPrefillChunk_ = kGemmPrefillChunk;
     PrefillInput prefillInput_ = PrefillInput::SplitDown;
     bool prefillDequantizeAhead_ = true;

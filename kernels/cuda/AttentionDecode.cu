@@ -721,10 +721,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
             cpAsyncCommit();
         }
     }
-    // The next launches' weights into L2 (warmL2) by the last warp, whose prologue work is the
-    // last query head's: after the wait (before it the q/k/v matvec still streams its own) and
-    // after this block's own first loads, which then queue ahead of them.
-    if (warp == kClusterWarps - 1) warmL2Share(p.warmL2, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y, lane);
     GEMMA_PHASE_MARK(1);  // the first chunk issued, the dependency wait passed
 
     // Prologue, in parallel warps: this position's K (warp 0) and V (warp 1) when this block holds
@@ -1262,7 +1258,7 @@ KernelStatus launchAttentionDecode(const AttentionDecodeParams& p, cudaStream_t 
         p.outStride < static_cast<std::int64_t>(p.qHeads) * p.headDim)
         return KernelStatus::InvalidArgument;
     if (!aligned16(p.q) || !aligned16(p.kCache) || !aligned16(p.vCache) || (!p.cluster && !aligned16(p.workspace)) ||
-        (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0 || !l2RangesValid(p.warmL2))
+        (p.cacheBatchStride * static_cast<std::int64_t>(eb)) % 16 != 0 || p.cacheBatchStride < 0)
         return KernelStatus::InvalidArgument;
     DeviceFacts facts;
     if (queryDeviceFacts(facts) != KernelStatus::Ok) return KernelStatus::LaunchFailed;

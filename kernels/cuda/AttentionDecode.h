@@ -9,7 +9,6 @@
 #include "AttentionPrefill.h"
 #include "KernelStatus.h"
 #include "KvCache.h"
-#include "L2Prefetch.h"
 #include "NormRopeCache.h"
 
 namespace gemma::cuda {
@@ -106,17 +105,6 @@ struct AttentionDecodeParams {
     // default). 0 or 1: one cluster per kv head. The CUDA backend splits where it pays
     // (clusterHeadSplitPays; docs/PERFORMANCE.md version 19).
     int clusterHeadSplit = 1;
-    // Cluster form, sm_90+ (ignored by the other forms and below sm_90): ranges of the weights the
-    // launches after this one read (the o projection's, the front of the GeGLU's) that the kernel
-    // asks the L2 to fetch from memory after its dependency wait and its own first loads, each
-    // block its share, one warp issuing (warmL2Share, CudaCommon.h). A hint: nothing is read back
-    // or written, the output is the same bits with or without it. The attention's own latency
-    // chain (norm + RoPE, scores, the cluster merge) leaves the memory idle for several µs at
-    // short bands; the ranges stream then instead of behind the next launch's prologue
-    // (docs/PERFORMANCE.md version 51). Every non-empty range 16-byte aligned and below 2^31
-    // 16-byte units (l2RangesValid), else the launch is refused; a range's last bytes past a
-    // multiple of 16 are not asked for.
-    L2Range warmL2[kL2WarmRanges];
 };
 
 // Whether the cluster form can split a group of `group` query heads per kv head over two clusters

@@ -16,7 +16,6 @@
 
 #include "KernelStatus.h"
 #include "KvCache.h"
-#include "L2Prefetch.h"
 
 namespace gemma::cuda {
 
@@ -319,35 +318,6 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned by
 // block wrote, about to be read by a bulk copy).
 __device__ __forceinline__ void fenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void fenceProxyAsyncGlobal() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
-
-// ---- device: L2 prefetch (sm_90+) --------------------------------------------------------------
-// Asks the L2 to fetch [p, p + bytes) from memory (cp.async.bulk.prefetch.L2): a hint served by the
-// copy engine; nothing is returned or written and the thread does not wait. p 16-byte aligned,
-// bytes a multiple of 16. Does nothing below sm_90.
-__device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-// The share of `ranges` that block `block` of `blocks` asks for: each range cut into `blocks`
-// slices of whole 16-byte units, a slice in pieces of up to 64 KB, one per lane of the calling
-// warp (call it from one warp of the block). A range's bytes past its last whole 16 are skipped.
-// 32-bit unit arithmetic (l2RangesValid: a range holds fewer than 2^31 units): the 64-bit
-// division cost the cluster attention 44-52 bytes of spills at head dim 512.
-__device__ __forceinline__ void warmL2Share(const L2Range (&ranges)[kL2WarmRanges], unsigned block, unsigned blocks, int lane) {
-    constexpr unsigned kPieceUnits = 64 * 1024 / 16;
-#pragma unroll
-    for (int r = 0; r < kL2WarmRanges; ++r) {
-        const unsigned units = static_cast<unsigned>(ranges[r].bytes / 16);
-        if (ranges[r].data == nullptr || units == 0) continue;
-        const unsigned per = (units + blocks - 1) / blocks;  // units per block (no wrap: both below 2^31)
-        const unsigned first = block * per;  // < units + blocks < 2^32 (units and blocks below 2^31)
-        const unsigned end = first + per < units ? first + per : units;
-        const unsigned char* base = static_cast<const unsigned char*>(ranges[r].data);
-        for (unsigned u = first + static_cast<unsigned>(lane) * kPieceUnits; u < end; u += 32 * kPieceUnits)
-            prefetchL2(base + static_cast<std::size_t>(u) * 16, (end - u < kPieceUnits ? end - u : kPieceUnits) * 16);
-    }
-}
 
 // ---- device: streaming loads -------------------------------------------------------------------
 // Weights are read exactly once per launch: bypass L1 allocation, keep L2 default.

@@ -585,29 +585,6 @@ void fusedCase(const FusedFixture& f, std::mt19937_64& rng, Report& report, std:
         };
         std::vector<float> oneCluster, other;
         clusterChecks(c, "cluster ", oneCluster);
-        // warmL2 (a hint for the L2): the same bits as without it, and the ranges, poisoned device
-        // memory, left untouched (one range of 3 MB, one of a length not a multiple of 16, one
-        // with fewer 16-byte units than the launch has blocks); a misaligned range is refused.
-        {
-            constexpr std::size_t kWarmBytes = 3u << 20;
-            DeviceBuffer<std::uint8_t> warm(kWarmBytes + 4096);
-            warm.poison();
-            const auto warmBefore = warm.download();
-            gc::AttentionDecodeParams warmed = c;
-            warmed.warmL2[0] = {warm.ptr, kWarmBytes};
-            warmed.warmL2[1] = {warm.ptr + kWarmBytes, 1000};
-            warmed.warmL2[3] = {warm.ptr + kWarmBytes + 1024, 48};
-            bool warmSame = true;
-            repeatedLaunches(warmed, [&](const std::vector<float>& out) {
-                warmSame &= std::memcmp(out.data(), oneCluster.data(), out.size() * sizeof(float)) == 0;
-            });
-            report.addCheck("cluster " + f.name + ": next weights asked into L2: the same bits, the ranges untouched",
-                            warmSame && warm.download() == warmBefore, "");
-            gc::AttentionDecodeParams misaligned = c;
-            misaligned.warmL2[2] = {warm.ptr + 8, 4096};
-            report.addCheck("cluster " + f.name + ": a misaligned L2 range refused",
-                            gc::launchAttentionDecode(misaligned, nullptr) == gc::KernelStatus::InvalidArgument, "");
-        }
         // The head split (clusterHeadSplit 2): at the same cluster size the same arithmetic per
         // head as one cluster per kv head, so the same bits, where both compute the scores warp
         // per key: the split never sums them keys over lanes, one cluster per kv head does from

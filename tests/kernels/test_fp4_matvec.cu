@@ -224,12 +224,20 @@ struct Rotation {
 struct TimingContext {
     double l2ResidentUs, programmaticUs, readAloneUs, prefetchedUs;
 };
-// Block b asks the L2 for its slice of [p, p + bytes) in 64 KB pieces, one per lane: the decode
-// attention's own hint (warmL2Share, CudaCommon.h) over one range.
+// Asks the L2 to fetch [p, p + bytes) from memory without waiting (a hint, done by the copy
+// engine; sm_90+, elsewhere nothing). p 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void prefetchL2(const void* p, std::uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+// Block b asks for its slice of [p, p + bytes) in 64 KB pieces. bytes % 16 == 0.
 __global__ void harnessPrefetchKernel(const std::uint8_t* p, std::int64_t bytes) {
-    gemma::cuda::L2Range ranges[gemma::cuda::kL2WarmRanges];
-    ranges[0] = {p, static_cast<std::size_t>(bytes)};
-    gemma::cuda::warmL2Share(ranges, blockIdx.x, gridDim.x, static_cast<int>(threadIdx.x));
+    const std::int64_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    const std::int64_t blockEnd = (blockIdx.x + 1) * per;
+    const std::int64_t end = blockEnd < bytes ? blockEnd : bytes;
+    for (std::int64_t a = blockIdx.x * per + threadIdx.x * 65536; a < end; a += blockDim.x * 65536)
+        prefetchL2(p + a, static_cast<std::uint32_t>(end - a < 65536 ? end - a : 65536));
 }
 __global__ void harnessWaitKernel(unsigned long long ns) {
     unsigned long long start, now;
@@ -243,7 +251,7 @@ double prefetchedMicros(int copies, Launch&& launch, Ranges&& ranges) {
     auto sequence = [&](int i, bool withMatvec) {
         const int c = i % copies;
         for (const auto& [ptr, bytes] : ranges(c))
-            harnessPrefetchKernel<<<132, 32>>>(reinterpret_cast<const std::uint8_t*>(ptr), static_cast<std::int64_t>(bytes));
+            harnessPrefetchKernel<<<132, 32>>>(reinterpret_cast<const std::uint8_t*>(ptr), static_cast<std::int64_t>(bytes) / 16 * 16);
         harnessWaitKernel<<<1, 32>>>(20000);
         if (withMatvec) launch(c);
     };

@@ -269,14 +269,6 @@ struct OpenOptions {
     // prefetchBand; those rows were written by earlier steps): depth 32K +1.5 %, short depths
     // +1 % on the H200 (docs/PERFORMANCE.md version 12). false: the whole band after the wait.
     bool attentionPrefetch = true;
-    // CUDA, with clusterAttention: every decode attention in the cluster form (the sliding layers';
-    // full layers' too under clusterFullAttentionKeys) asks the L2 for up to this many MB of the
-    // weights its layer reads right after it (AttentionDecodeParams::warmL2): the o
-    // projection's codes and scales first, the rest of the budget split between the GeGLU's gate
-    // and up codes (and their scales) from their first tile on, the tiles its blocks read first.
-    // The attention's latency chain leaves the memory idle; this lets it stream the next weights
-    // meanwhile (docs/PERFORMANCE.md version 51). 0: none. A hint: the same logits either way.
-    int attentionWarmL2Megabytes = 0;
     // CUDA: a decode step's lm_head (one row of logits) on a resident grid of 8-row warps,
     // launched as an ordinary kernel (Fp8LmHeadParams::persistent: the same logits, bit for bit;
     // 0.234 against 0.249 ms in the 12b step's kernel timeline, docs/PERFORMANCE.md version 15).
