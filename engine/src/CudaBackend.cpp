@@ -817,7 +817,6 @@ private:
         GEMMA_RETURN_IF_ERROR(key_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(value_.allocateZeroed(R * static_cast<std::size_t>(kvWidth) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(attended_.allocateZeroed(R * static_cast<std::size_t>(qWidth) * 4, "workspace"));
-        GEMMA_RETURN_IF_ERROR(emuOSums_.allocateZeroed(H * 8, "workspace"));
         GEMMA_RETURN_IF_ERROR(ffn_.allocateZeroed(R * static_cast<std::size_t>(ffn) * 4, "workspace"));
         GEMMA_RETURN_IF_ERROR(logits_.allocateZeroed(static_cast<std::size_t>(kChunk) * static_cast<std::size_t>(c.vocabSize) * 4, "logits"));
         if (blas_) {
@@ -1748,7 +1747,6 @@ private:
         }
         GEMMA_RETURN_IF_ERROR(matvec(w.q, normed, H, query_.as<float>(), qWidth_, rows, stats, nullptr, std::span(kv, kvCount)));
         const bool piecesNormRope = fusedPiecesFor(l, rows);
-        bool skipO = false;  // measurement only: o's launch left out (lever 8's emulation)
         {
             Timed timed(*this, stats, Bucket::Attention);
             if (piecesNormRope) {
@@ -1764,16 +1762,6 @@ private:
                 if (clusterAttentionFor(l, rows)) clusterForm(d);
                 d.prefetchBand = d.cluster && attentionPrefetch_;
                 d.fuseMerge = !d.cluster;
-                if (emuOMode_ != 0 && d.cluster && w.o.tiled && d.headDim == 256) {
-                    d.emuOCodes = w.o.codes;
-                    d.emuOScales = reinterpret_cast<const std::uint32_t*>(w.o.scales);
-                    d.emuOGroups = static_cast<int>(formats::fp4GroupsPerRow(w.o.in));
-                    d.emuOTiles = static_cast<int>((w.o.out + 15) / 16);
-                    d.emuOSums = emuOSums_.as<unsigned long long>();
-                    d.emuOBranch = branch_.as<float>();
-                    d.emuOMode = emuOMode_;
-                    skipO = true;
-                }
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchAttentionDecode(d, stream_), "attention"));
             } else {
                 GEMMA_RETURN_IF_ERROR(kernelError(kc::launchQkvNormRope(normRopeParams(l, rows), stream_), "q/k/v norm + RoPE"));
@@ -1783,7 +1771,7 @@ private:
             Timed timed(*this, stats, Bucket::Attention);
             GEMMA_RETURN_IF_ERROR(attention(l, rows));
         }
-        if (!skipO) GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
+        GEMMA_RETURN_IF_ERROR(matvec(w.o, attended_.as<float>(), qWidth_, branch_.as<float>(), H, rows, stats));
         GEMMA_RETURN_IF_ERROR(norm(branch_.as<float>(), w.postAttentionNorm, 1.0f, w.preFeedforwardNorm, normed, H, rows, stats));
 
         // Feed-forward block: GeGLU fused into the gate/up matvec.
@@ -1834,8 +1822,6 @@ private:
     std::vector<DeviceCache> caches_;
     DeviceBuffer residual_, normed_, branch_, query_, key_, value_, attended_, ffn_, logits_, tokens_, positions_;
     DeviceBuffer perLayerInputs_, perLayerIdentity_, perLayerGate_, attentionWorkspace_;
-    DeviceBuffer emuOSums_;  // measurement only
-    int emuOMode_ = std::getenv("GEMMA_EMU_O") ? std::atoi(std::getenv("GEMMA_EMU_O")) : 0;  // measurement only
     std::int64_t qWidth_ = 0, kvWidth_ = 0, ffnWidth_ = 0;
     bool graphWanted_ = false;
     int gemmMinRows_ = 0;

@@ -612,19 +612,12 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* rows, int row,
     }
 }
 
-// Measurement only (lever 8's emulation): the integer matvec's mma.
-__device__ __forceinline__ void emuImma(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G).
 // HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
 // into their own shared rows, and only part 0 writes them to the cache.
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool EMUO = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(AttentionDecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -953,31 +946,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
         GEMMA_PHASE_MARK(6);  // P·V
     }
 
-    // Measurement only (lever 8's emulation): this block's o tiles for the cluster's inputs into the
-    // K/V chunk area, which no thread reads after the last chunk's P·V (the loop ended on a barrier).
-    const int emuGroups = g * D / 128;
-    const int emuGroup0 = headBase * D / 128;
-    const int emuTilesPer = p.emuOCodes ? (p.emuOTiles + C - 1) / C : 0;
-    const int emuTile0 = rank * emuTilesPer;
-    const int emuTiles = p.emuOCodes ? max(0, min(emuTilesPer, p.emuOTiles - emuTile0)) : 0;
-    const bool emuO = EMUO && p.emuOMode == 2 && p.emuOCodes != nullptr && (D * g) % 128 == 0 && emuTilesPer * emuGroups * (1024 + 32) <= 2 * KC * kRowBytes;
-    unsigned char* const emuCodes = kRows;
-    const std::uint32_t* const emuScales = reinterpret_cast<const std::uint32_t*>(kRows + emuTilesPer * emuGroups * 1024);
-    if constexpr (EMUO) if (emuO) {
-        const int chunksPerTile = emuGroups * 64;
-        for (int idx = tid; idx < emuTiles * chunksPerTile; idx += kClusterThreads) {
-            const int t = idx / chunksPerTile, c = idx % chunksPerTile;
-            cpAsync16(emuCodes + idx * 16, p.emuOCodes + (static_cast<std::int64_t>(emuTile0 + t) * p.emuOGroups + emuGroup0) * 1024 + c * 16, true);
-        }
-        const int scaleChunksPerTile = emuGroups * 2;
-        for (int idx = tid; idx < emuTiles * scaleChunksPerTile; idx += kClusterThreads) {
-            const int t = idx / scaleChunksPerTile, c = idx % scaleChunksPerTile;
-            cpAsync16(kRows + emuTilesPer * emuGroups * 1024 + idx * 16,
-                      reinterpret_cast<const unsigned char*>(p.emuOScales) + (static_cast<std::int64_t>(emuTile0 + t) * p.emuOGroups + emuGroup0) * 32 + c * 16, true);
-        }
-        cpAsyncCommit();
-    }
-
     // This block's (O, m, l) for its peers; an empty piece leaves O = 0, m = -inf, l = 0.
     if (tid < D) {
 #pragma unroll
@@ -1007,61 +975,6 @@ __global__ void __launch_bounds__(kClusterThreads, 2) attentionClusterKernel(Att
     }
     GEMMA_PHASE_MARK(8);  // the merge
     cluster.sync();  // no block leaves while a peer may still read its shared memory
-    if constexpr (EMUO) if (p.emuOMode == 1 && kvh == 0 && part == 0)
-        for (int r = emuTile0 * 16 + tid; r < (emuTile0 + emuTiles) * 16; r += kClusterThreads) p.emuOBranch[r] = 0.0f;
-    if constexpr (EMUO) if (emuO) {
-        // x: the cluster's merged heads (its peers' stores, ordered by the barrier), as bytes.
-        std::uint8_t* planes = reinterpret_cast<std::uint8_t*>(sc);
-        for (int i = tid; i < g * D; i += kClusterThreads) {
-            const float v = __ldcg(p.out + static_cast<std::int64_t>(headBase) * D + i);
-            planes[i] = static_cast<std::uint8_t>(__float2int_rn(fminf(fabsf(v) * 16.0f, 255.0f)));
-        }
-        cpAsyncWait<0>();
-        __syncthreads();
-        const int q = lane & 3, row = lane >> 2;
-        for (int t = warp; t < emuTiles; t += kClusterWarps) {
-            float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-            for (int gi = 0; gi < emuGroups; ++gi) {
-                const unsigned char* item = emuCodes + (t * emuGroups + gi) * 1024;
-                const uint4 lo = *reinterpret_cast<const uint4*>(item + lane * 16);
-                const uint4 hi = *reinterpret_cast<const uint4*>(item + 512 + lane * 16);
-                const std::uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(planes + gi * 128);
-                int pos[4] = {0, 0, 0, 0}, neg[4] = {0, 0, 0, 0};
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    std::uint32_t ap[4], an[4];
-#pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                        const std::uint32_t w = words[2 * k + j];
-                        const std::uint32_t sh = w >> 16;
-                        ap[2 * j] = __byte_perm(0x06040200u, 0x0C0A0806u, w);
-                        ap[2 * j + 1] = __byte_perm(0x06040200u, 0x0C0A0806u, sh);
-                        an[2 * j] = __byte_perm(0x06040200u, 0x0C0A0806u, w * 0x9E370001u + 0x8888u);
-                        an[2 * j + 1] = __byte_perm(0x06040200u, 0x0C0A0806u, sh * 0x9E370001u + 0x8888u);
-                    }
-                    const std::uint32_t b0 = xw[k * 8 + q], b1 = xw[k * 8 + 4 + q];
-                    emuImma(pos, ap, b0, b1);
-                    emuImma(neg, an, b0, b1);
-                }
-                const std::uint32_t sw = emuScales[(t * emuGroups + gi) * 8 + row];
-                const float sa = __uint_as_float(sw << 16), sb = __uint_as_float(sw & 0xFFFF0000u);
-                acc0 = fmaf(static_cast<float>(pos[0] - neg[0]), sa, acc0);
-                acc1 = fmaf(static_cast<float>(pos[1] - neg[1]), sa, acc1);
-                acc2 = fmaf(static_cast<float>(pos[2] - neg[2]), sb, acc2);
-                acc3 = fmaf(static_cast<float>(pos[3] - neg[3]), sb, acc3);
-            }
-            if (q == 0 && kvh == 0 && part == 0) {
-                const int r0 = (emuTile0 + t) * 16 + row;
-                p.emuOBranch[r0] = acc0 + acc1;
-                p.emuOBranch[r0 + 8] = acc2 + acc3;
-            } else if (q == 0) {
-                const int r0 = (emuTile0 + t) * 16 + row;
-                atomicAdd(p.emuOSums + r0, static_cast<unsigned long long>(llrintf((acc0 + acc1) * 4294967296.0f)));
-                atomicAdd(p.emuOSums + r0 + 8, static_cast<unsigned long long>(llrintf((acc2 + acc3) * 4294967296.0f)));
-            }
-        }
-    }
     GEMMA_PHASE_END(9);  // the second cluster barrier
 #endif
 }
@@ -1176,11 +1089,11 @@ cudaError_t launchTyped(const AttentionDecodeParams& p, int splits, int device, 
 // ---- cluster form: host side ------------------------------------------------------------------------
 // Raises the kernel's limits once per device and host thread: the largest shared memory a group
 // of up to G needs, and cluster sizes above the portable 8.
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool EMUO = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t prepareClusterKernel(int device) {
     thread_local int prepared = -1;
     if (prepared == device) return cudaSuccess;
-    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT, EMUO>;
+    constexpr auto kernel = attentionClusterKernel<D, KvT, G, HEADSPLIT>;
     const int smem = static_cast<int>(clusterSmemBytes(D, sizeof(KvT), G, HEADSPLIT));
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -1233,19 +1146,17 @@ int clusterSizeTyped(const AttentionDecodeParams& p, const DeviceFacts& facts) {
     return chosen;
 }
 
-template <int D, typename KvT, int G, bool HEADSPLIT = false, bool EMUO = false>
+template <int D, typename KvT, int G, bool HEADSPLIT = false>
 cudaError_t launchClusterTyped(const AttentionDecodeParams& p, int size, int device, cudaStream_t stream) {
-    if constexpr (D == 256 && !HEADSPLIT && !EMUO)
-        if (p.emuOMode != 0 && p.clusterHeadSplit != 2) return launchClusterTyped<D, KvT, G, false, true>(p, size, device, stream);
     // The head split (clusterHeadSplit) is instantiated at head dim 256 with G 4 (validated by the
     // launcher).
     if constexpr (D == 256 && G == 4 && !HEADSPLIT)
         if (p.clusterHeadSplit == 2) return launchClusterTyped<D, KvT, G, true>(p, size, device, stream);
-    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT, EMUO>(device); err != cudaSuccess) return err;
+    if (const cudaError_t err = prepareClusterKernel<D, KvT, G, HEADSPLIT>(device); err != cudaSuccess) return err;
     constexpr int kSplit = HEADSPLIT ? 2 : 1;
     const std::size_t smem = clusterSmemBytes(D, sizeof(KvT), p.qHeads / p.kvHeads / kSplit, HEADSPLIT);
     const dim3 grid(static_cast<unsigned>(size), static_cast<unsigned>(p.kvHeads * kSplit), 1);
-    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT, EMUO>, grid, dim3(kClusterThreads), smem, stream,
+    return launchKernelWith(attentionClusterKernel<D, KvT, G, HEADSPLIT>, grid, dim3(kClusterThreads), smem, stream,
                             p.programmaticLaunch, static_cast<unsigned>(size), p);
 }
 

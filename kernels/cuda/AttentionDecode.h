@@ -105,16 +105,6 @@ struct AttentionDecodeParams {
     // default). 0 or 1: one cluster per kv head. The CUDA backend splits where it pays
     // (clusterHeadSplitPays; docs/PERFORMANCE.md version 19).
     int clusterHeadSplit = 1;
-    // Measurement only (lever 8's emulation; a base tree, never the engine's): o's tiled codes and
-    // scale words, its groups per row and 16-row tiles, and a scratch vector of fixed-point sums.
-    const std::uint8_t* emuOCodes = nullptr;
-    const std::uint32_t* emuOScales = nullptr;
-    int emuOGroups = 0, emuOTiles = 0;
-    unsigned long long* emuOSums = nullptr;
-    // o's output (the GeGLU's input): written by the first cluster alone, so that the step stays a
-    // pure function of its inputs (the graph self-check); 1: zeros only, 2: the emulation.
-    float* emuOBranch = nullptr;
-    int emuOMode = 0;
 };
 
 // Whether the cluster form can split a group of `group` query heads per kv head over two clusters
