@@ -73,7 +73,16 @@ buildBase() {
 # one after another three trees took 184 s of device time (version 52) for about one tree's
 # critical path of work in parallel. A share, not every core each: nvcc's memory per job.
 trees=$((1 + ${#bases[@]}))
+[ -n "${GEMMA_AB_HARNESSES:-}" ] && trees=$((trees + 1))
 export BUILD_JOBS=${BUILD_JOBS:-$(( $(nproc) / trees > 4 ? $(nproc) / trees + 2 : 6 ))}
+# The harnesses (tests/kernels) build alongside: they run after the parity tests, which need the
+# working tree's engine only (call 1 of version 52 spent 96 s building them after parity).
+if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
+  source scripts/lib/build_harnesses.sh
+  HARNESS_JOBS=$BUILD_JOBS build_harnesses /tmp/gemma-kernels-build "$out/harness-build.log" ${GEMMA_AB_HARNESSES} \
+    > "$out/harness-build.tail" 2>&1 &
+  harnessPid=$!
+fi
 build_engine "$root" /tmp/gemma-build "$out/build-new.log" gemma-bench gpu_parity_tests &
 buildPids=($!)
 buildLogs=("$out/build-new.log")
@@ -90,7 +99,7 @@ for i in "${!buildPids[@]}"; do
     buildFailed=1
   fi
 done
-((buildFailed)) && exit 1
+((buildFailed)) && { [ -n "${harnessPid:-}" ] && kill "$harnessPid" 2> /dev/null; exit 1; }
 rm -f "${buildLogs[@]}"
 : > "$out/ab.txt"
 # Where the call's time goes (a fresh machine builds every tree from nothing): seconds since start.
@@ -103,9 +112,11 @@ if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
   stamp "parity done"
 fi
 if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
-  source scripts/lib/build_harnesses.sh
-  build_harnesses /tmp/gemma-kernels-build "$out/harness-build.log" ${GEMMA_AB_HARNESSES} | tee -a "$out/ab.txt"
-  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+  wait "$harnessPid"
+  harnessBuilt=$?
+  tee -a "$out/ab.txt" < "$out/harness-build.tail"
+  rm -f "$out/harness-build.tail"
+  [ "$harnessBuilt" = 0 ] || exit 1
   rm -f "$out/harness-build.log"
   stamp "harnesses built"
   for h in ${GEMMA_AB_HARNESSES}; do
