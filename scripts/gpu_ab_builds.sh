@@ -15,6 +15,11 @@
 #   GEMMA_AB_ARGS    flags for every run (default: --skip prefill,kernels --allocations 4096 --depths 32768)
 #   GEMMA_AB_ROUNDS  rounds (default 2; 0 = build and parity only)
 #   GEMMA_AB_PARITY  0 skips the parity tests (a second call on a warm machine after a first one)
+#   GEMMA_AB_PREBUILT  a carried directory from scripts/prebuild_ab.sh (run on the CPU machine
+#                    first; the call names it in `carry`): every tree whose sources hash as its
+#                    binary's did runs that binary instead of building (the working tree's only with
+#                    GEMMA_AB_PARITY=0); ab.txt says which did. GEMMA_AB_SASS and GEMMA_AB_PHASES
+#                    need the trees built here.
 #   GEMMA_AB_PRESET  the gemma-bench preset (default 12b)
 #   GEMMA_PARITY_REPEAT  runs of the parity tests (scripts/gpu_parity.sh; default 1)
 #   GEMMA_AB_HARNESSES  kernel harnesses (tests/kernels targets, e.g. "test_attention") built and run
@@ -53,21 +58,35 @@ for b in ${GEMMA_AB_BASE:-}; do
   bases+=("$(cd "$b" && pwd)")
 done
 source scripts/lib/build_engine.sh
-# A base's tree: the working tree with the base's files laid over it (build outputs and the
-# base directories left out). Times kept (tar and cp -p), so that a second call on a warm machine
-# rebuilds nothing.
+source scripts/lib/ab_trees.sh
+# A base's tree: the working tree with the base's files laid over it (layBaseTree).
 baseBuild() { echo "/tmp/gemma-ab-$(basename "$1")-build"; }
 baseSource() { echo "/tmp/gemma-ab-$(basename "$1")-src"; }
-buildBase() {
-  local base=$1 src
-  src=$(baseSource "$1")
-  local excludes=(--exclude=./build)
-  for b in "${bases[@]}"; do excludes+=(--exclude="./$(realpath --relative-to="$root" "$b")"); done
-  rm -rf "$src" && mkdir -p "$src"
-  tar -C "$root" "${excludes[@]}" -cf - . | tar -C "$src" -xf -
-  (cd "$base" && find . -type f) | while read -r f; do mkdir -p "$(dirname "$src/$f")" && cp -p "$base/$f" "$src/$f"; done
-  build_engine "$src" "$(baseBuild "$base")" "$out/build-$(basename "$base").log" gemma-bench
+# Each tree's gemma-bench, by its label ("new" for the working tree, else the base's name).
+declare -A bench
+bench[new]=/tmp/gemma-build/app/cli/gemma-bench
+for b in "${bases[@]}"; do bench[$(basename "$b")]="$(baseBuild "$b")/app/cli/gemma-bench"; done
+# GEMMA_AB_PREBUILT (a carried directory from scripts/prebuild_ab.sh): a tree whose binary in it
+# was built from the same sources (abTreeHash) runs that binary instead of building here.
+# usePrebuilt LABEL SOURCE: status 0 and bench[LABEL] set when the binary fits SOURCE.
+usePrebuilt() {
+  local dir=${GEMMA_AB_PREBUILT:-} label=$1
+  [ -n "$dir" ] || return 1
+  if [ ! -f "$dir/$label/gemma-bench.xz" ] || ! command -v xz > /dev/null; then
+    echo "prebuilt [$label]: none usable in $dir, built here" >> "$out/prebuilt.txt"
+    return 1
+  fi
+  if [ "$(cat "$dir/$label/tree.hash" 2> /dev/null)" != "$(abTreeHash "$2")" ]; then
+    echo "prebuilt [$label]: built from other sources than this tree's, built here" >> "$out/prebuilt.txt"
+    return 1
+  fi
+  mkdir -p "/tmp/gemma-prebuilt-$label" && xz -dc "$dir/$label/gemma-bench.xz" > "/tmp/gemma-prebuilt-$label/gemma-bench" &&
+    chmod +x "/tmp/gemma-prebuilt-$label/gemma-bench" || return 1
+  bench[$label]=/tmp/gemma-prebuilt-$label/gemma-bench
+  echo "prebuilt [$label]: the carried binary (its sources' hash matches)" >> "$out/prebuilt.txt"
 }
+buildBase() { build_engine "$(baseSource "$1")" "$(baseBuild "$1")" "$out/build-$(basename "$1").log" gemma-bench; }
+: > "$out/prebuilt.txt"
 # The trees build at once, each with its share of the CPUs: one tree's build ends on a few long
 # nvcc compiles (AttentionDecode.cu, AttentionPrefill.cu) that leave most cores idle, so built
 # one after another three trees took 184 s of device time (version 52) for about one tree's
@@ -83,10 +102,18 @@ if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
     > "$out/harness-build.tail" 2>&1 &
   harnessPid=$!
 fi
-build_engine "$root" /tmp/gemma-build "$out/build-new.log" gemma-bench gpu_parity_tests &
+# The working tree: the parity tests need its build; without them a prebuilt binary may do.
+if [ "${GEMMA_AB_PARITY:-1}" = 0 ] && usePrebuilt new "$root"; then
+  true &
+else
+  build_engine "$root" /tmp/gemma-build "$out/build-new.log" gemma-bench gpu_parity_tests &
+fi
 buildPids=($!)
 buildLogs=("$out/build-new.log")
 for b in "${bases[@]}"; do
+  # Laid out and matched here (usePrebuilt sets bench[] in this shell), built in the background.
+  layBaseTree "$root" "$b" "$(baseSource "$b")" "${bases[@]}"
+  usePrebuilt "$(basename "$b")" "$(baseSource "$b")" && continue
   buildBase "$b" &
   buildPids+=($!)
   buildLogs+=("$out/build-$(basename "$b").log")
@@ -105,6 +132,7 @@ rm -f "${buildLogs[@]}"
 # Where the call's time goes (a fresh machine builds every tree from nothing): seconds since start.
 stamp() { echo "--- at ${SECONDS} s: $1" >> "$out/ab.txt"; }
 stamp "engine builds done (working tree and ${#bases[@]} base(s))"
+cat "$out/prebuilt.txt" >> "$out/ab.txt" && rm -f "$out/prebuilt.txt"
 if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
   bash scripts/gpu_parity.sh /tmp/gemma-build "$out" | tee -a "$out/ab.txt"  # after the first stamp
   grep -E '^\[ (gpu|flip) ' "$out/gpu_parity.log" >> "$out/ab.txt"
@@ -184,11 +212,11 @@ runBench() {  # runBench BENCH LABEL [NAME=VALUE...] [FLAGS...]
   cat "$markdown" >> "$out/ab.txt"
 }
 for ((round = 0; round < ${GEMMA_AB_ROUNDS:-2}; ++round)); do
-  for b in "${bases[@]}"; do runBench "$(baseBuild "$b")/app/cli/gemma-bench" "$(basename "$b")"; done
+  for b in "${bases[@]}"; do runBench "${bench[$(basename "$b")]}" "$(basename "$b")"; done
   for v in "${variants[@]}"; do
     label=${v:-defaults}
     [ ${#bases[@]} -gt 0 ] && label="new${v:+ $v}"
-    runBench /tmp/gemma-build/app/cli/gemma-bench "$label" $v
+    runBench "${bench[new]}" "$label" $v
   done
 done
 [ "${GEMMA_AB_ROUNDS:-2}" -gt 0 ] && stamp "rounds done"

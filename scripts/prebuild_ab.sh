@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds gemma-bench on this (CPU) machine for the working tree and for each A/B base, and packs
+# each binary into prebuilt/LABEL/: gemma-bench.xz (stripped, ≈ 1.5 MB) and tree.hash (abTreeHash
+# of the sources it was built from). A device call that names prebuilt in `carry` and sets
+# GEMMA_AB_PREBUILT=prebuilt then runs the carried binary of every tree whose sources hash the
+# same there, instead of building it on device time (60–75 s a tree on a fresh machine;
+# docs/PERFORMANCE.md version 52). The parity tests still build on the machine (GEMMA_AB_PARITY=0
+# lets the working tree's binary be used), and so do trees whose hash differs.
+#   GEMMA_AB_BASE  the same base directories scripts/gpu_ab_builds.sh takes (labels: their names;
+#                  the working tree's: new)
+# Same toolchain as the GPU machine's (nvcc 13.0, sm_90, Release, no UI); the host compiler differs
+# (g++ 12 here, 13 there), alike for every tree of one A/B. Build directories stay in
+# /tmp/gemma-prebuild-*, so a second run rebuilds only what changed. Log: /tmp/gemma-prebuild.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+source scripts/lib/build_engine.sh
+source scripts/lib/ab_trees.sh
+command -v xz > /dev/null || { echo "prebuild_ab.sh: xz is needed (apt-get install xz-utils)"; exit 1; }
+bases=()
+for b in ${GEMMA_AB_BASE:-}; do
+  [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
+  bases+=("$(cd "$b" && pwd)")
+done
+log=/tmp/gemma-prebuild.log
+: > "$log"
+# prebuildTree LABEL SOURCE: builds SOURCE's gemma-bench and packs it as prebuilt/LABEL.
+prebuildTree() {
+  local label=$1 source=$2 build="/tmp/gemma-prebuild-$1-build" dest="$root/prebuilt/$1"
+  echo "building [$label] …"
+  build_engine "$source" "$build" "$log" gemma-bench || { tail -30 "$log"; echo "prebuild_ab.sh: [$label] failed to build"; return 1; }
+  mkdir -p "$dest"
+  strip -o "$dest/gemma-bench" "$build/app/cli/gemma-bench" && xz -6 -f "$dest/gemma-bench" || return 1
+  abTreeHash "$source" > "$dest/tree.hash"
+  echo "prebuilt/$label: $(du -h "$dest/gemma-bench.xz" | cut -f1), sources $(cut -c1-12 "$dest/tree.hash")"
+}
+rm -rf "$root/prebuilt"
+prebuildTree new "$root" || exit 1
+for b in "${bases[@]}"; do
+  label=$(basename "$b")
+  layBaseTree "$root" "$b" "/tmp/gemma-prebuild-$label-src" "${bases[@]}"
+  prebuildTree "$label" "/tmp/gemma-prebuild-$label-src" || exit 1
+done
+echo "carry [\"prebuilt\"] and set GEMMA_AB_PREBUILT=prebuilt (with GEMMA_AB_PARITY=0 for the working tree's binary)"
