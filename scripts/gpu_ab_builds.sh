@@ -55,6 +55,7 @@ mkdir -p "$out"
 bases=()
 for b in ${GEMMA_AB_BASE:-}; do
   [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
+  [ "$(basename "$b")" != new ] || { echo "GEMMA_AB_BASE: a base may not be named new (the working tree's label)"; exit 1; }
   bases+=("$(cd "$b" && pwd)")
 done
 source scripts/lib/build_engine.sh

@@ -20,6 +20,7 @@ command -v xz > /dev/null || { echo "prebuild_ab.sh: xz is needed (apt-get insta
 bases=()
 for b in ${GEMMA_AB_BASE:-}; do
   [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
+  [ "$(basename "$b")" != new ] || { echo "GEMMA_AB_BASE: a base may not be named new (the working tree's label)"; exit 1; }
   bases+=("$(cd "$b" && pwd)")
 done
 log=/tmp/gemma-prebuild.log
