@@ -52,14 +52,9 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 out=${OUT:-/tmp/gemma-out}
 mkdir -p "$out"
-bases=()
-for b in ${GEMMA_AB_BASE:-}; do
-  [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
-  [ "$(basename "$b")" != new ] || { echo "GEMMA_AB_BASE: a base may not be named new (the working tree's label)"; exit 1; }
-  bases+=("$(cd "$b" && pwd)")
-done
 source scripts/lib/build_engine.sh
 source scripts/lib/ab_trees.sh
+readBases || exit 1
 # A base's tree: the working tree with the base's files laid over it (layBaseTree).
 baseBuild() { echo "/tmp/gemma-ab-$(basename "$1")-build"; }
 baseSource() { echo "/tmp/gemma-ab-$(basename "$1")-src"; }
@@ -104,13 +99,13 @@ if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
   harnessPid=$!
 fi
 # The working tree: the parity tests need its build; without them a prebuilt binary may do.
-if [ "${GEMMA_AB_PARITY:-1}" = 0 ] && usePrebuilt new "$root"; then
-  true &
-else
+buildPids=()
+buildLogs=()
+if ! { [ "${GEMMA_AB_PARITY:-1}" = 0 ] && usePrebuilt new "$root"; }; then
   build_engine "$root" /tmp/gemma-build "$out/build-new.log" gemma-bench gpu_parity_tests &
+  buildPids+=($!)
+  buildLogs+=("$out/build-new.log")
 fi
-buildPids=($!)
-buildLogs=("$out/build-new.log")
 for b in "${bases[@]}"; do
   # Laid out and matched here (usePrebuilt sets bench[] in this shell), built in the background.
   layBaseTree "$root" "$b" "$(baseSource "$b")" "${bases[@]}"
@@ -128,7 +123,7 @@ for i in "${!buildPids[@]}"; do
   fi
 done
 ((buildFailed)) && { [ -n "${harnessPid:-}" ] && kill "$harnessPid" 2> /dev/null; exit 1; }
-rm -f "${buildLogs[@]}"
+rm -f "${buildLogs[@]}"  # none when every tree was prebuilt
 : > "$out/ab.txt"
 # Where the call's time goes (a fresh machine builds every tree from nothing): seconds since start.
 stamp() { echo "--- at ${SECONDS} s: $1" >> "$out/ab.txt"; }

@@ -17,12 +17,7 @@ root=$(pwd)
 source scripts/lib/build_engine.sh
 source scripts/lib/ab_trees.sh
 command -v xz > /dev/null || { echo "prebuild_ab.sh: xz is needed (apt-get install xz-utils)"; exit 1; }
-bases=()
-for b in ${GEMMA_AB_BASE:-}; do
-  [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; exit 1; }
-  [ "$(basename "$b")" != new ] || { echo "GEMMA_AB_BASE: a base may not be named new (the working tree's label)"; exit 1; }
-  bases+=("$(cd "$b" && pwd)")
-done
+readBases || exit 1
 log=/tmp/gemma-prebuild.log
 : > "$log"
 # prebuildTree LABEL SOURCE: builds SOURCE's gemma-bench and packs it as prebuilt/LABEL.

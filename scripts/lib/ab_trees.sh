@@ -21,3 +21,14 @@ layBaseTree() {
   tar -C "$root" "${excludes[@]}" -cf - . | tar -C "$src" -xf -
   (cd "$base" && find . -type f) | while read -r f; do mkdir -p "$(dirname "$src/$f")" && cp -p "$base/$f" "$src/$f"; done
 }
+# readBases: the array `bases` from GEMMA_AB_BASE (directories, as absolute paths); status 1 with a
+# message for one that is not a directory or is named new (the working tree's label).
+readBases() {
+  bases=()
+  local b
+  for b in ${GEMMA_AB_BASE:-}; do
+    [ -d "$b" ] || { echo "GEMMA_AB_BASE: $b is not a directory"; return 1; }
+    [ "$(basename "$b")" != new ] || { echo "GEMMA_AB_BASE: a base may not be named new (the working tree's label)"; return 1; }
+    bases+=("$(cd "$b" && pwd)")
+  done
+}
