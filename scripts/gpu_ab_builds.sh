@@ -18,8 +18,9 @@
 #   GEMMA_AB_PREBUILT  a carried directory from scripts/prebuild_ab.sh (run on the CPU machine
 #                    first; the call names it in `carry`): every tree whose sources hash as its
 #                    binary's did runs that binary instead of building (the working tree's only with
-#                    GEMMA_AB_PARITY=0); ab.txt says which did. GEMMA_AB_SASS and GEMMA_AB_PHASES
-#                    need the trees built here.
+#                    GEMMA_AB_PARITY=0; a binary that does not start here is built too); ab.txt
+#                    says which did. The same for the harnesses of GEMMA_AB_HARNESSES, where the
+#                    prebuild named them. GEMMA_AB_SASS and GEMMA_AB_PHASES need the trees built here.
 #   GEMMA_AB_PRESET  the gemma-bench preset (default 12b)
 #   GEMMA_PARITY_REPEAT  runs of the parity tests (scripts/gpu_parity.sh; default 1)
 #   GEMMA_AB_HARNESSES  kernel harnesses (tests/kernels targets, e.g. "test_attention") built and run
@@ -76,25 +77,59 @@ usePrebuilt() {
     echo "prebuilt [$label]: built from other sources than this tree's, built here" >> "$out/prebuilt.txt"
     return 1
   fi
-  mkdir -p "/tmp/gemma-prebuilt-$label" && xz -dc "$dir/$label/gemma-bench.xz" > "/tmp/gemma-prebuilt-$label/gemma-bench" &&
-    chmod +x "/tmp/gemma-prebuilt-$label/gemma-bench" || return 1
-  bench[$label]=/tmp/gemma-prebuilt-$label/gemma-bench
+  local binary=/tmp/gemma-prebuilt-$label/gemma-bench
+  mkdir -p "/tmp/gemma-prebuilt-$label" && xz -dc "$dir/$label/gemma-bench.xz" > "$binary" && chmod +x "$binary" || return 1
+  # Built on another machine: one that cannot start here (a library missing) is built instead of
+  # failing every run of the rounds.
+  if ! "$binary" --version > /dev/null 2>&1; then
+    echo "prebuilt [$label]: the carried binary does not start here ($("$binary" --version 2>&1 | head -1)), built here" >> "$out/prebuilt.txt"
+    return 1
+  fi
+  bench[$label]=$binary
   echo "prebuilt [$label]: the carried binary (its sources' hash matches)" >> "$out/prebuilt.txt"
 }
 buildBase() { build_engine "$(baseSource "$1")" "$(baseBuild "$1")" "$out/build-$(basename "$1").log" gemma-bench; }
+# The harnesses (tests/kernels): carried from scripts/prebuild_ab.sh when every one named was
+# built from the same sources as this tree's (one hash for all), else built here alongside the
+# engine: they run after the parity tests, which need the working tree's engine only (call 1 of
+# version 52 spent 96 s building them after parity).
+harnessDir=/tmp/gemma-kernels-build
+harnessPid=
+usePrebuiltHarnesses() {
+  local dir=${GEMMA_AB_PREBUILT:-}/harnesses h
+  [ -n "${GEMMA_AB_PREBUILT:-}" ] || return 1
+  if [ "$(cat "$dir/tree.hash" 2> /dev/null)" != "$(abTreeHash "$root" "${abHarnessPaths[@]}")" ]; then
+    echo "prebuilt harnesses: none built from this tree's sources in $dir, built here" >> "$out/prebuilt.txt"
+    return 1
+  fi
+  for h in ${GEMMA_AB_HARNESSES}; do
+    [ -f "$dir/$h.xz" ] || { echo "prebuilt harnesses: $h not among them, built here" >> "$out/prebuilt.txt"; return 1; }
+  done
+  mkdir -p /tmp/gemma-prebuilt-harnesses || return 1
+  for h in ${GEMMA_AB_HARNESSES}; do
+    xz -dc "$dir/$h.xz" > "/tmp/gemma-prebuilt-harnesses/$h" && chmod +x "/tmp/gemma-prebuilt-harnesses/$h" || return 1
+    # Built on another machine (a harness has no harmless way to start it): a library it needs
+    # and this machine lacks means building it here.
+    if ldd "/tmp/gemma-prebuilt-harnesses/$h" 2>&1 | grep -q "not found"; then
+      echo "prebuilt harnesses: $h needs a library this machine lacks, built here" >> "$out/prebuilt.txt"
+      return 1
+    fi
+  done
+  harnessDir=/tmp/gemma-prebuilt-harnesses
+  echo "prebuilt harnesses: the carried ${GEMMA_AB_HARNESSES} (their sources' hash matches)" >> "$out/prebuilt.txt"
+}
 : > "$out/prebuilt.txt"
+buildHarnesses=0
+[ -n "${GEMMA_AB_HARNESSES:-}" ] && ! usePrebuiltHarnesses && buildHarnesses=1
 # The trees build at once, each with its share of the CPUs: one tree's build ends on a few long
 # nvcc compiles (AttentionDecode.cu, AttentionPrefill.cu) that leave most cores idle, so built
 # one after another three trees took 184 s of device time (version 52) for about one tree's
 # critical path of work in parallel. A share, not every core each: nvcc's memory per job.
-trees=$((1 + ${#bases[@]}))
-[ -n "${GEMMA_AB_HARNESSES:-}" ] && trees=$((trees + 1))
+trees=$((1 + ${#bases[@]} + buildHarnesses))
 export BUILD_JOBS=${BUILD_JOBS:-$(( $(nproc) / trees > 4 ? $(nproc) / trees + 2 : 6 ))}
-# The harnesses (tests/kernels) build alongside: they run after the parity tests, which need the
-# working tree's engine only (call 1 of version 52 spent 96 s building them after parity).
-if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
+if ((buildHarnesses)); then
   source scripts/lib/build_harnesses.sh
-  HARNESS_JOBS=$BUILD_JOBS build_harnesses /tmp/gemma-kernels-build "$out/harness-build.log" ${GEMMA_AB_HARNESSES} \
+  HARNESS_JOBS=$BUILD_JOBS build_harnesses "$harnessDir" "$out/harness-build.log" ${GEMMA_AB_HARNESSES} \
     > "$out/harness-build.tail" 2>&1 &
   harnessPid=$!
 fi
@@ -122,7 +157,7 @@ for i in "${!buildPids[@]}"; do
     buildFailed=1
   fi
 done
-((buildFailed)) && { [ -n "${harnessPid:-}" ] && kill "$harnessPid" 2> /dev/null; exit 1; }
+((buildFailed)) && { [ -n "$harnessPid" ] && kill "$harnessPid" 2> /dev/null; exit 1; }
 rm -f "${buildLogs[@]}"  # none when every tree was prebuilt
 : > "$out/ab.txt"
 # Where the call's time goes (a fresh machine builds every tree from nothing): seconds since start.
@@ -136,15 +171,17 @@ if [ "${GEMMA_AB_PARITY:-1}" != 0 ]; then
   stamp "parity done"
 fi
 if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
-  wait "$harnessPid"
-  harnessBuilt=$?
-  tee -a "$out/ab.txt" < "$out/harness-build.tail"
-  rm -f "$out/harness-build.tail"
-  [ "$harnessBuilt" = 0 ] || exit 1
-  rm -f "$out/harness-build.log"
-  stamp "harnesses built"
+  if [ -n "$harnessPid" ]; then
+    wait "$harnessPid"
+    harnessBuilt=$?
+    tee -a "$out/ab.txt" < "$out/harness-build.tail"
+    rm -f "$out/harness-build.tail"
+    [ "$harnessBuilt" = 0 ] || exit 1
+    rm -f "$out/harness-build.log"
+    stamp "harnesses built"
+  fi
   for h in ${GEMMA_AB_HARNESSES}; do
-    timeout 400 "/tmp/gemma-kernels-build/$h" > "$out/$h.log" 2>&1
+    timeout 400 "$harnessDir/$h" > "$out/$h.log" 2>&1
     rc=$?
     { echo "harness $h: exit $rc"; grep -E "^SUMMARY|FAIL" "$out/$h.log" | head -40; } | tee -a "$out/ab.txt"
     [ $rc = 0 ] || exit 1

@@ -1,13 +1,19 @@
 # Sourced by the A/B scripts: scripts/gpu_ab_builds.sh on the GPU machine and
 # scripts/prebuild_ab.sh on the CPU machine, so that both lay out and recognise the same trees.
 #
-# abTreeHash DIR prints one hash of the sources gemma-bench is built from (the top CMakeLists.txt,
-# cmake/, kernels/, engine/, app/), by relative path and content: a binary built from DIR matches
-# any copy of it, wherever it lies and whatever its files' times.
+# abTreeHash DIR [PATH...] prints one hash of the sources under the PATHs of DIR (default: those
+# gemma-bench is built from: the top CMakeLists.txt, cmake/, kernels/, engine/, app/), by
+# relative path and content: a binary built from DIR matches any copy of it, wherever it lies and
+# whatever its files' times.
 abTreeHash() {
-  (cd "$1" && find CMakeLists.txt cmake kernels engine app -type f -print0 2> /dev/null | LC_ALL=C sort -z |
+  local dir=$1
+  shift
+  (($#)) || set -- CMakeLists.txt cmake kernels engine app
+  (cd "$dir" && find "$@" -type f -print0 2> /dev/null | LC_ALL=C sort -z |
     xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
 }
+# The sources the standalone kernel harnesses (tests/kernels) are built from.
+abHarnessPaths=(cmake kernels tests/kernels)
 # layBaseTree ROOT BASE SRC [LEFT_OUT...]: SRC becomes ROOT's tree with BASE's files laid over it
 # (BASE holds a few files at their paths inside the repository). Build outputs, prebuilt/ and the
 # LEFT_OUT directories (the bases themselves) are not copied. Times kept (tar and cp -p), so that
