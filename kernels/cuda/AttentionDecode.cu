@@ -612,7 +612,7 @@ __device__ __forceinline__ void loadLaneDims(const unsigned char* rows, int row,
     }
 }
 
-// G: the group size the loops are unrolled for (2, 4 or 8: withClusterInstance; the launch's group is at most G).
+// G: the group size the loops are unrolled for (4 or 8; the launch's group is at most G).
 // HEADSPLIT (AttentionDecodeParams::clusterHeadSplit 2; head dim 256, G 4): two clusters per kv
 // head (grid y = 2·kvHeads), cluster `part` taking query heads [part·g, (part+1)·g) of the group
 // (g = half the group) over the whole band; both owners normalise and rotate the current K and V
@@ -1177,16 +1177,12 @@ auto withInstance(const AttentionDecodeParams& p, F&& f) {
 }
 
 // The same for the cluster kernel, which is also templated on the group it is unrolled for
-// (4, or 8 for larger groups; 2 at head dim 256 without the head split, the 12b's and 31b's
-// sliding layers, so that their loops over heads carry no dead half): f.template operator()<D, KvT, G>().
+// (4, or 8 for larger groups): f.template operator()<D, KvT, G>().
 template <typename F>
 auto withClusterInstance(const AttentionDecodeParams& p, F&& f) {
-    const int group = p.qHeads / p.kvHeads / (p.clusterHeadSplit == 2 ? 2 : 1);
-    const bool narrow = group <= 2 && p.clusterHeadSplit != 2;
+    const bool wide = p.qHeads / p.kvHeads / (p.clusterHeadSplit == 2 ? 2 : 1) > 4;
     return withInstance(p, [&]<int D, typename KvT>() {
-        if constexpr (D == 256)
-            if (narrow) return f.template operator()<D, KvT, 2>();
-        return group > 4 ? f.template operator()<D, KvT, 8>() : f.template operator()<D, KvT, 4>();
+        return wide ? f.template operator()<D, KvT, 8>() : f.template operator()<D, KvT, 4>();
     });
 }
 

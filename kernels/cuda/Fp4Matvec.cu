@@ -806,9 +806,7 @@ __device__ __forceinline__ void storeTileRow(const MmaArgs& args, int tile, int 
 // buffered: one barrier per tile) and one warp writes the 16 outputs.
 // TILED (GPI 1): the weights come in the tiled layout (kernels/Fp4Tiled.h): a warp's item is two
 // contiguous 512-byte loads and one scale word. Same arithmetic as the row layout: bit-identical.
-// NORM (integer x): 0 or 1, whether the input norm is folded in (args.norm.residualIn), fixed by
-// the instance so that it holds one of the two stagings only; −1: decided at run time.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, int NORM = -1>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs args, int tiles) {
     constexpr bool SPLIT = X == XForm::Fp16Split;
     constexpr bool INTEGER = X == XForm::Integer;
@@ -901,7 +899,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) fp4MatvecMmaKernel(MmaArgs arg
     float* const intFactors = reinterpret_cast<float*>(intPlanes + kPlanes * planeBytes(groups));
     if constexpr (INTEGER) {
         writeConstantColumns(intPlanes, groups, threadIdx.x);
-        if (NORM == 0 || (NORM < 0 && !args.norm.residualIn))
+        if (!args.norm.residualIn)
             stageXInteger(args.x, in, groups, intPlanes, intFactors, [&]([[maybe_unused]] int i) { GEMMA_PHASE_MARK(i); });
         else stageXIntegerNormed(args.norm, in, groups, intPlanes, intFactors, normScratch);
     } else {
@@ -1102,11 +1100,11 @@ KernelStatus launchCudaCores(const Fp4MatvecParams& p, const DeviceFacts& facts,
 // down_proj failed to launch when no larger shape had raised the limit before it). Grid: the
 // resident block count (2 per SM by the launch bounds, fewer when the shared memory does not fit
 // twice), then as few blocks as still give every block the same number of tiles.
-template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false, int NORM = -1>
+template <bool GEGLU, XForm X, int D, int GPI, bool TILED = false>
 cudaError_t launchMmaTyped(const MmaArgs& args, int tiles, std::size_t smem, const DeviceFacts& facts,
                            bool programmatic, cudaStream_t stream) {
     static thread_local std::size_t raised = 0;
-    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED, NORM>;
+    const auto kernel = fp4MatvecMmaKernel<GEGLU, X, D, GPI, TILED>;
     if (smem > raised) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
@@ -1163,10 +1161,7 @@ KernelStatus launchMma(const Fp4MatvecParams& p, const DeviceFacts& facts, cudaS
     // 3 × 1) fit in the registers but measured no faster (docs/PERFORMANCE.md, version 4).
     cudaError_t err;
     if (p.tiled && form == XForm::Integer) {
-        // The decode's instances: one per staging (normed or not), each without the other's code.
-        constexpr int kDepth = GEGLU ? 2 : 4;
-        err = args.norm.residualIn ? launchMmaTyped<GEGLU, XForm::Integer, kDepth, 1, true, 1>(args, tiles, smem, facts, pdl, stream)
-                                   : launchMmaTyped<GEGLU, XForm::Integer, kDepth, 1, true, 0>(args, tiles, smem, facts, pdl, stream);
+        err = launchMmaTyped<GEGLU, XForm::Integer, GEGLU ? 2 : 4, 1, true>(args, tiles, smem, facts, pdl, stream);
     } else if (p.tiled) {
         err = launchFp16Variant<GEGLU, GEGLU ? 2 : 4, 1, true>(form, args, tiles, smem, facts, pdl, stream);
     } else if (form == XForm::Integer) {
