@@ -77,12 +77,12 @@ usePrebuilt() {
     echo "prebuilt [$label]: built from other sources than this tree's, built here" >> "$out/prebuilt.txt"
     return 1
   fi
-  local binary=/tmp/gemma-prebuilt-$label/gemma-bench
-  mkdir -p "/tmp/gemma-prebuilt-$label" && xz -dc "$dir/$label/gemma-bench.xz" > "$binary" && chmod +x "$binary" || return 1
+  local binary=/tmp/gemma-prebuilt-$label/gemma-bench started
+  unpackBinary "$dir/$label/gemma-bench.xz" "$binary" || return 1
   # Built on another machine: one that cannot start here (a library missing) is built instead of
   # failing every run of the rounds.
-  if ! "$binary" --version > /dev/null 2>&1; then
-    echo "prebuilt [$label]: the carried binary does not start here ($("$binary" --version 2>&1 | head -1)), built here" >> "$out/prebuilt.txt"
+  if ! started=$("$binary" --version 2>&1); then
+    echo "prebuilt [$label]: the carried binary does not start here ($(head -1 <<< "$started")), built here" >> "$out/prebuilt.txt"
     return 1
   fi
   bench[$label]=$binary
@@ -105,9 +105,8 @@ usePrebuiltHarnesses() {
   for h in ${GEMMA_AB_HARNESSES}; do
     [ -f "$dir/$h.xz" ] || { echo "prebuilt harnesses: $h not among them, built here" >> "$out/prebuilt.txt"; return 1; }
   done
-  mkdir -p /tmp/gemma-prebuilt-harnesses || return 1
   for h in ${GEMMA_AB_HARNESSES}; do
-    xz -dc "$dir/$h.xz" > "/tmp/gemma-prebuilt-harnesses/$h" && chmod +x "/tmp/gemma-prebuilt-harnesses/$h" || return 1
+    unpackBinary "$dir/$h.xz" "/tmp/gemma-prebuilt-harnesses/$h" || return 1
     # Built on another machine (a harness has no harmless way to start it): a library it needs
     # and this machine lacks means building it here.
     if ldd "/tmp/gemma-prebuilt-harnesses/$h" 2>&1 | grep -q "not found"; then

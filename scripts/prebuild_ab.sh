@@ -34,7 +34,7 @@ prebuildTree() {
   echo "building [$label] …"
   build_engine "$source" "$build" "$log" gemma-bench || { tail -30 "$log"; echo "prebuild_ab.sh: [$label] failed to build"; return 1; }
   mkdir -p "$dest"
-  strip -o "$dest/gemma-bench" "$build/app/cli/gemma-bench" && xz -6 -f "$dest/gemma-bench" || return 1
+  packBinary "$build/app/cli/gemma-bench" "$dest/gemma-bench" || return 1
   abTreeHash "$source" > "$dest/tree.hash"
   echo "prebuilt/$label: $(du -h "$dest/gemma-bench.xz" | cut -f1), sources $(cut -c1-12 "$dest/tree.hash")"
 }
@@ -46,10 +46,10 @@ if [ -n "${GEMMA_AB_HARNESSES:-}" ]; then
   build_harnesses "$work/harness-build" "$work/harness-build.log" ${GEMMA_AB_HARNESSES} || { echo "prebuild_ab.sh: the harnesses failed to build"; exit 1; }
   mkdir -p "$root/prebuilt/harnesses"
   for h in ${GEMMA_AB_HARNESSES}; do
-    strip -o "$root/prebuilt/harnesses/$h" "$work/harness-build/$h" && xz -6 -f "$root/prebuilt/harnesses/$h" || exit 1
+    packBinary "$work/harness-build/$h" "$root/prebuilt/harnesses/$h" || exit 1
   done
   abTreeHash "$root" "${abHarnessPaths[@]}" > "$root/prebuilt/harnesses/tree.hash"
-  echo "prebuilt/harnesses: $(cd "$root/prebuilt/harnesses" && ls ./*.xz | xargs -n1 basename | tr '\n' ' ')sources $(cut -c1-12 "$root/prebuilt/harnesses/tree.hash")"
+  echo "prebuilt/harnesses: ${GEMMA_AB_HARNESSES}, sources $(cut -c1-12 "$root/prebuilt/harnesses/tree.hash")"
 fi
 for b in "${bases[@]}"; do
   label=$(basename "$b")

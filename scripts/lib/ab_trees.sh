@@ -14,6 +14,10 @@ abTreeHash() {
 }
 # The sources the standalone kernel harnesses (tests/kernels) are built from.
 abHarnessPaths=(cmake kernels tests/kernels)
+# packBinary BINARY DEST: DEST.xz, BINARY stripped and compressed (gemma-bench ≈ 1.5 MB), for the
+# carried prebuilt/ directory; unpackBinary DEST.xz EXE: the executable back on the GPU machine.
+packBinary() { strip -o "$2" "$1" && xz -6 -f "$2"; }
+unpackBinary() { mkdir -p "$(dirname "$2")" && xz -dc "$1" > "$2" && chmod +x "$2"; }
 # layBaseTree ROOT BASE SRC [LEFT_OUT...]: SRC becomes ROOT's tree with BASE's files laid over it
 # (BASE holds a few files at their paths inside the repository). Build outputs, prebuilt/ and the
 # LEFT_OUT directories (the bases themselves) are not copied. Times kept (tar and cp -p), so that
